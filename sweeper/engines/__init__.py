@@ -1,0 +1,11 @@
+"""Engine adapters by name."""
+
+from sweeper.engines.base import Engine
+from sweeper.engines.sglang import SGLangEngine
+from sweeper.engines.sim import SimEngine
+
+ENGINES: dict[str, type] = {"sglang": SGLangEngine, "sim": SimEngine}
+
+
+def get_engine(name: str) -> Engine:
+    return ENGINES[name]()

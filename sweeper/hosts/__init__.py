@@ -1,0 +1,16 @@
+"""Hosts by transport."""
+
+from sweeper.config import HostSpec
+from sweeper.errors import UserError
+from sweeper.hosts.base import Host, ServerProcess, StopReport
+
+
+def open_host(name: str, spec: HostSpec) -> Host:
+    if spec.transport == "local":
+        from sweeper.hosts.local import LocalHost
+
+        return LocalHost(name, spec)
+    raise UserError(f"host {name!r}: transport {spec.transport!r} is not supported yet")
+
+
+__all__ = ["Host", "ServerProcess", "StopReport", "open_host"]

@@ -1,0 +1,299 @@
+"""Typed models for hosts.yaml and search-space files, and loaders whose errors name the file,
+the line and the key path in one line."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from sweeper.errors import ConfigError
+from sweeper.expr import Expr, ExprError, parse_expr
+from sweeper.yamlfile import KeyPath, format_path, line_of, load_yaml_with_lines, parse_yaml_with_lines
+
+Scalar = Union[bool, int, float, str, None]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------- hosts.yaml
+
+class HostSpec(Strict):
+    transport: Literal["local", "ssh"]
+    address: str | None = None
+    port: int = Field(22, ge=1, le=65535)
+    user: str | None = None
+    identity_file: str | None = None
+    gpus: int = Field(8, ge=0, le=1024)
+    work_dir: str = "~/.sweeper"
+    python: str | None = Field(None, description="interpreter on the host; default: this one (local)")
+    env: dict[str, str] = {}
+    base_port: int = Field(31000, ge=1024, le=65000, description="first port tried for servers")
+
+    @model_validator(mode="after")
+    def _ssh_needs_address(self) -> "HostSpec":
+        if self.transport == "ssh" and not self.address:
+            raise ValueError("an ssh host needs 'address'")
+        return self
+
+
+class HostsFile(Strict):
+    hosts: dict[str, HostSpec]
+
+
+# ---------------------------------------------------------------- search spaces
+
+class _Param(Strict):
+    flag: str | None = Field(None, pattern=r"^-{1,2}[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    when: dict[str, Scalar | list[Scalar]] = {}
+    help: str = ""
+
+    @model_validator(mode="after")
+    def _one_target(self):
+        if (self.flag is None) == (self.env is None):
+            raise ValueError("give exactly one of 'flag' (a CLI flag) or 'env' (an environment variable)")
+        return self
+
+
+class CategoricalParam(_Param):
+    type: Literal["categorical"]
+    choices: list[Scalar] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self):
+        if len({json.dumps(c) for c in self.choices}) != len(self.choices):
+            raise ValueError("choices must be unique")
+        return self
+
+
+class IntParam(_Param):
+    type: Literal["int"]
+    low: int
+    high: int
+    step: int = Field(1, ge=1)
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _range(self):
+        _check_range(self.low, self.high, self.log, self.step != 1)
+        return self
+
+
+class FloatParam(_Param):
+    type: Literal["float"]
+    low: float
+    high: float
+    step: float | None = Field(None, gt=0)
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _range(self):
+        _check_range(self.low, self.high, self.log, self.step is not None)
+        return self
+
+
+class BoolParam(_Param):
+    """A bool mapped to a flag is the bare flag when true and absent when false; mapped to an
+    environment variable it is "1" or "0"."""
+
+    type: Literal["bool"]
+
+
+def _check_range(low: float, high: float, log: bool, stepped: bool) -> None:
+    if low >= high:
+        raise ValueError(f"low ({low}) must be below high ({high})")
+    if log and low <= 0:
+        raise ValueError("a log-scaled range needs low > 0")
+    if log and stepped:
+        raise ValueError("'log' and 'step' cannot be combined")
+
+
+Param = Annotated[
+    Union[CategoricalParam, IntParam, FloatParam, BoolParam], Field(discriminator="type")
+]
+
+
+class Seed(Strict):
+    name: str
+    params: dict[str, Scalar]
+
+
+class Workload(Strict):
+    input_len: int = Field(128, ge=1)
+    output_len: int = Field(32, ge=2)
+    concurrency: list[int] = Field([1, 2, 4, 8, 16], min_length=1)
+    requests_per_level: int = Field(0, ge=0, description="at least this many requests per level")
+    min_rounds: int = Field(2, ge=1, description="and at least this many rounds of C requests")
+    warmup_rounds: int = Field(1, ge=0, description="rounds of C requests sent first, not measured")
+    request_timeout_s: float = Field(600.0, gt=0)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _levels(self):
+        if any(c < 1 for c in self.concurrency) or self.concurrency != sorted(set(self.concurrency)):
+            raise ValueError("concurrency levels must be positive, increasing and unique")
+        return self
+
+    def requests_at(self, concurrency: int) -> int:
+        return max(self.requests_per_level, self.min_rounds * concurrency)
+
+
+class Objective(Strict):
+    metric: Literal[
+        "output_throughput", "total_throughput", "request_throughput",
+        "median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "median_e2e_latency_ms",
+    ] = "output_throughput"
+    level: int | None = Field(None, description="concurrency level; default the highest")
+    direction: Literal["maximize", "minimize"] = "maximize"
+
+
+class Budget(Strict):
+    trials: int = Field(16, ge=1, description="real GPU evaluations; duplicates are free")
+
+
+class Launch(Strict):
+    ready_timeout_s: float = Field(900.0, gt=0)
+    stall_timeout_s: float = Field(300.0, gt=0, description="no new log line and port closed: hung")
+    stop_grace_s: float = Field(30.0, ge=0)
+    poll_interval_s: float = Field(0.25, gt=0, le=2.0)
+
+
+class OutputCheck(Strict):
+    prompt: str = "The capital of France is"
+    max_tokens: int = Field(16, ge=1)
+
+
+class Space(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    engine: Literal["sim", "sglang"]
+    model: str
+    description: str = ""
+    fixed_flags: dict[str, Scalar] = {}
+    fixed_env: dict[str, str] = {}
+    parameters: dict[str, Param] = Field(min_length=1)
+    constraints: list[str] = []
+    seeds: list[Seed] = []
+    reference: str | None = Field(None, description="name of the seed whose output is the reference")
+    workload: Workload = Workload()
+    objective: Objective = Objective()
+    budget: Budget = Budget()
+    launch: Launch = Launch()
+    check: OutputCheck = OutputCheck()
+
+    @property
+    def objective_level(self) -> int:
+        return self.objective.level or max(self.workload.concurrency)
+
+    def parsed_constraints(self) -> list[Expr]:
+        return [parse_expr(c, set(self.parameters)) for c in self.constraints]
+
+
+# ---------------------------------------------------------------- loading
+
+def load_hosts(path: Path) -> HostsFile:
+    return _load_model(path, HostsFile)
+
+
+def load_host(path: Path, name: str) -> HostSpec:
+    hosts = load_hosts(path).hosts
+    if name not in hosts:
+        known = ", ".join(sorted(hosts)) or "none"
+        raise ConfigError(str(path), f"hosts.{name}", f"no such host (known: {known})")
+    return hosts[name]
+
+
+def load_space(path: Path) -> Space:
+    if not path.is_file():
+        raise ConfigError(str(path), "", "file not found")
+    return parse_space(path.read_text(), str(path))
+
+
+def parse_space(text: str, source: str) -> Space:
+    data, lines = parse_yaml_with_lines(text, source)
+    if not isinstance(data, dict):
+        raise ConfigError(source, "", "expected a mapping at the top level")
+    space = _validate(source, data, lines, Space)
+    for problem_path, message in _cross_check_space(space):
+        raise ConfigError(source, format_path(problem_path), message, line_of(lines, problem_path))
+    return space
+
+
+def space_fingerprint(space: Space) -> str:
+    """A content hash of the validated space: formatting and comments do not change it."""
+    canonical = json.dumps(space.model_dump(mode="json"), sort_keys=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _cross_check_space(space: Space) -> list[tuple[KeyPath, str]]:
+    names = list(space.parameters)
+    problems: list[tuple[KeyPath, str]] = []
+    for index, name in enumerate(names):
+        for other, value in space.parameters[name].when.items():
+            if other not in names[:index]:
+                problems.append((("parameters", name, "when", other),
+                                 f"a condition must name a parameter defined above {name!r}"))
+    for index, source in enumerate(space.constraints):
+        try:
+            parse_expr(source, set(names))
+        except ExprError as exc:
+            problems.append((("constraints", index), str(exc)))
+    seed_names = [seed.name for seed in space.seeds]
+    for index, seed in enumerate(space.seeds):
+        for key in seed.params:
+            if key not in space.parameters:
+                problems.append((("seeds", index, "params", key), "not a parameter of this space"))
+    if space.reference is not None and space.reference not in seed_names:
+        problems.append((("reference",), f"no seed named {space.reference!r}"))
+    level = space.objective.level
+    if level is not None and level not in space.workload.concurrency:
+        problems.append((("objective", "level"), f"{level} is not one of workload.concurrency"))
+    return problems
+
+
+def _read(path: Path) -> tuple[Any, dict]:
+    data, lines = load_yaml_with_lines(path)
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), "", "expected a mapping at the top level")
+    return data, lines
+
+
+def _load_model(path: Path, model: type[BaseModel]):
+    data, lines = _read(path)
+    return _validate(path, data, lines, model)
+
+
+def _validate(source: Path | str, data: Any, lines: dict, model: type[BaseModel]):
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        loc = _strip_union_tags(error["loc"], data)
+        message = error["msg"]
+        if error["type"] == "extra_forbidden":
+            message = "unknown key"
+        elif "input" in error and error["type"] not in ("missing",) and not isinstance(error["input"], dict):
+            message += f" (got {error['input']!r})"
+        raise ConfigError(str(source), format_path(loc), message, line_of(lines, loc)) from None
+
+
+def _strip_union_tags(loc: tuple, data: Any) -> KeyPath:
+    """pydantic puts the discriminator tag ('int', 'categorical') into error paths; drop it."""
+    out: list[str | int] = []
+    node = data
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            node = node[part]
+        elif isinstance(part, str) and isinstance(node, dict) and node.get("type") == part:
+            continue
+        elif isinstance(part, str) and "[" in part:  # e.g. 'function-after[_range(), IntParam]'
+            continue
+        out.append(part)
+    return tuple(out)

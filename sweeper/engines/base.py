@@ -1,0 +1,71 @@
+"""What every engine adapter provides. Adapters are pure: they build argv and env from a config,
+and hold their readiness paths and failure signatures as data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, Sequence
+
+from sweeper.config import HostSpec, Space
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    port: int
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A log substring that means the server failed, and the kind of failure it is."""
+
+    substring: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class Readiness:
+    health_path: str
+    ready_line: str | None = None  # logged after readiness; informative, not required
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    name: str
+    readiness: Readiness
+    signatures: Sequence[Signature] = field(default_factory=tuple)
+
+
+class Engine(Protocol):
+    info: EngineInfo
+
+    def build_launch_spec(self, space: Space, config: Mapping[str, Any], host: HostSpec,
+                          port: int, python: str) -> LaunchSpec: ...
+
+    def clock_scale(self, space: Space) -> float:
+        """Wall seconds per modelled second (1.0 for real engines)."""
+        ...
+
+
+def classify_log(text: str, signatures: Sequence[Signature]) -> Signature | None:
+    """The first failure signature found in `text`, in table order (most specific first)."""
+    for signature in signatures:
+        if signature.substring in text:
+            return signature
+    return None
+
+
+def flag_args(flag: str, value: Any) -> list[str]:
+    """A flag and its value as argv items: True is the bare flag, False and None are absent."""
+    if value is True:
+        return [flag]
+    if value is False or value is None:
+        return []
+    return [flag, str(value)]
+
+
+def env_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)

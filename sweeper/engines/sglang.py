@@ -1,0 +1,72 @@
+"""SGLang: `python -m sglang.launch_server` with flags and environment from a config."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from sweeper.config import HostSpec, Space
+from sweeper.engines.base import (
+    EngineInfo, LaunchSpec, Readiness, Signature, env_value, flag_args,
+)
+
+# Exact substrings from SGLang's logs (../shared/reference/engines.md); most specific first.
+SGLANG_SIGNATURES = (
+    Signature("Capture cuda graph failed", "cuda_graph_capture"),
+    Signature("Capture prefill CUDA graph failed", "cuda_graph_capture"),
+    Signature("Not enough memory. Please try to increase --mem-fraction-static", "not_enough_memory"),
+    Signature("Memory pool size is too small", "kv_cache_too_small"),
+    Signature("The memory capacity is unbalanced", "gpus_not_clean"),
+    Signature("CUDA out of memory", "oom"),
+    Signature("out of resource: shared memory", "triton_shared_memory"),
+    Signature("Watchdog caught collective operation timeout", "nccl"),
+    Signature("NCCL error", "nccl"),
+    Signature("NCCL WARN", "nccl"),
+    Signature("Port is already in use", "port_busy"),
+    Signature("is only supported on", "unsupported"),
+    Signature("Scheduler hit an exception", "child_crash"),
+    Signature("Received sigquit from a child process", "child_crash"),
+    Signature("Initialization failed", "child_crash"),
+)
+
+SGLANG_INFO = EngineInfo(
+    name="sglang",
+    readiness=Readiness(health_path="/health_generate",
+                        ready_line="The server is fired up and ready to roll!"),
+    signatures=SGLANG_SIGNATURES,
+)
+
+
+def build_sglang_argv(module: str, space: Space, config: Mapping[str, Any], port: int,
+                      python: str) -> list[str]:
+    argv = [python, "-m", module, "--model-path", space.model, "--host", "127.0.0.1",
+            "--port", str(port)]
+    for flag, value in space.fixed_flags.items():
+        argv += flag_args(flag, value)
+    for name, value in config.items():
+        param = space.parameters[name]
+        if param.flag:
+            argv += flag_args(param.flag, value)
+    return argv
+
+
+def build_env(space: Space, config: Mapping[str, Any], host: HostSpec) -> dict[str, str]:
+    """Host env, then the space's fixed env, then parameters: the most specific wins."""
+    env = {**host.env, **space.fixed_env}
+    for name, value in config.items():
+        param = space.parameters[name]
+        if param.env:
+            env[param.env] = env_value(value)
+    return env
+
+
+class SGLangEngine:
+    info = SGLANG_INFO
+    module = "sglang.launch_server"
+
+    def build_launch_spec(self, space: Space, config: Mapping[str, Any], host: HostSpec,
+                          port: int, python: str) -> LaunchSpec:
+        argv = build_sglang_argv(self.module, space, config, port, python)
+        return LaunchSpec(argv=tuple(argv), env=build_env(space, config, host), port=port)
+
+    def clock_scale(self, space: Space) -> float:
+        return 1.0

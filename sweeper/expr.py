@@ -1,0 +1,104 @@
+"""Constraint expressions over parameters, parsed safely (no eval).
+
+The language is a small subset of Python expressions: parameter names, numbers, strings,
+True/False/None, lists/tuples of those, arithmetic (+ - * / // % **), comparisons
+(< <= > >= == != in, not in, chained), and/or/not and parentheses. Anything else is refused
+when the space file is loaded, not when a trial runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+_BINARY = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_COMPARE = {
+    ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+    ast.Eq: operator.eq, ast.NotEq: operator.ne,
+    ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
+}
+
+
+class ExprError(ValueError):
+    pass
+
+
+class Missing(Exception):
+    """A name the expression needs is absent from the config (its condition is off)."""
+
+
+@dataclass(frozen=True)
+class Expr:
+    source: str
+    tree: ast.expr
+    names: frozenset[str]
+
+    def evaluate(self, values: Mapping[str, Any]) -> Any:
+        return _eval(self.tree, values)
+
+
+def parse_expr(source: str, known_names: set[str] | None = None) -> Expr:
+    """Parse and check an expression; raise ExprError with a reason a user can act on."""
+    try:
+        tree = ast.parse(source, mode="eval").body
+    except SyntaxError as exc:
+        raise ExprError(f"cannot parse {source!r}: {exc.msg}") from None
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif not isinstance(node, _ALLOWED_NODES):
+            raise ExprError(f"{type(node).__name__} is not allowed in {source!r}")
+    names -= {"True", "False", "None"}
+    if known_names is not None and (unknown := sorted(names - known_names)):
+        raise ExprError(f"unknown parameter {', '.join(unknown)} in {source!r}")
+    return Expr(source, tree, frozenset(names))
+
+
+_ALLOWED_NODES = (
+    ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd,
+    ast.BinOp, ast.Compare, ast.Constant, ast.Name, ast.Load, ast.List, ast.Tuple,
+    *_BINARY, *_COMPARE,
+)
+
+
+def _eval(node: ast.expr, values: Mapping[str, Any]) -> Any:
+    match node:
+        case ast.Constant(value=value):
+            return value
+        case ast.Name(id=name):
+            if name not in values:
+                raise Missing(name)
+            return values[name]
+        case ast.List(elts=elts) | ast.Tuple(elts=elts):
+            return tuple(_eval(e, values) for e in elts)
+        case ast.UnaryOp(op=ast.Not(), operand=operand):
+            return not _eval(operand, values)
+        case ast.UnaryOp(op=ast.USub(), operand=operand):
+            return -_eval(operand, values)
+        case ast.UnaryOp(op=ast.UAdd(), operand=operand):
+            return +_eval(operand, values)
+        case ast.BoolOp(op=ast.And(), values=parts):
+            return all(_eval(p, values) for p in parts)
+        case ast.BoolOp(op=ast.Or(), values=parts):
+            return any(_eval(p, values) for p in parts)
+        case ast.BinOp(left=left, op=op, right=right):
+            try:
+                return _BINARY[type(op)](_eval(left, values), _eval(right, values))
+            except (ZeroDivisionError, TypeError) as exc:
+                raise ExprError(str(exc)) from None
+        case ast.Compare(left=left, ops=ops, comparators=comparators):
+            current = _eval(left, values)
+            for op, right_node in zip(ops, comparators):
+                right = _eval(right_node, values)
+                if not _COMPARE[type(op)](current, right):
+                    return False
+                current = right
+            return True
+    raise ExprError(f"unsupported expression node {type(node).__name__}")

@@ -1,0 +1,61 @@
+"""The Host protocol: everything the trial pipeline asks of a machine, whatever the transport."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Mapping, Protocol, Sequence
+
+TOKEN_VAR = "SWEEPER_RUN_TOKEN"  # put in every server's environment: how we know a process is ours
+
+
+@dataclass(frozen=True)
+class ServerProcess:
+    """A server we started: enough to find it again, from this controller or a later one."""
+
+    host: str
+    pid: int
+    pgid: int
+    start_ticks: int  # /proc/<pid>/stat start time: a reused PID will not match
+    token: str
+    log_path: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "ServerProcess":
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class StopReport:
+    was_running: bool
+    signal: str  # "none" | "SIGTERM" | "SIGKILL"
+    seconds: float
+    left_behind: tuple[int, ...]  # pids still alive after SIGKILL (should be empty)
+    skipped_foreign: tuple[int, ...] = ()  # group members without our token: never signalled
+
+
+class Host(Protocol):
+    name: str
+
+    def start_detached(self, argv: Sequence[str], env: Mapping[str, str], cwd: str,
+                       log_path: str, token: str) -> ServerProcess: ...
+
+    def is_alive(self, proc: ServerProcess) -> bool:
+        """The server's main process is running (not exited, not a zombie)."""
+        ...
+
+    def owned_members(self, proc: ServerProcess) -> list[int]:
+        """Live processes of the server's group that carry its token."""
+        ...
+
+    def stop_group(self, proc: ServerProcess, grace_s: float) -> StopReport: ...
+
+    def read_log(self, proc: ServerProcess, offset: int) -> tuple[str, int]: ...
+
+    def port_is_free(self, port: int) -> bool: ...
+
+    def base_url(self, port: int) -> str: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,121 @@
+"""This machine as a host: servers run as subprocesses in their own session (setsid)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from sweeper.config import HostSpec
+from sweeper.hosts.base import TOKEN_VAR, ServerProcess, StopReport
+from sweeper.hosts.procfs import environ_has, live_group_members, read_environ, read_stat
+
+
+class LocalHost:
+    def __init__(self, name: str, spec: HostSpec):
+        self.name, self.spec = name, spec
+        self._children: dict[int, subprocess.Popen] = {}  # reaped on every check
+
+    def start_detached(self, argv: Sequence[str], env: Mapping[str, str], cwd: str,
+                       log_path: str, token: str) -> ServerProcess:
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            child = subprocess.Popen(
+                list(argv), cwd=cwd, env={**os.environ, **env, TOKEN_VAR: token},
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: stopped as a whole, never by name
+            )
+        self._children[child.pid] = child
+        stat = read_stat(child.pid)
+        start_ticks = stat.start_ticks if stat else 0
+        return ServerProcess(host=self.name, pid=child.pid, pgid=child.pid,
+                             start_ticks=start_ticks, token=token, log_path=log_path)
+
+    def _reap(self) -> None:
+        for pid, child in list(self._children.items()):
+            if child.poll() is not None:
+                del self._children[pid]
+
+    def is_alive(self, proc: ServerProcess) -> bool:
+        self._reap()
+        stat = read_stat(proc.pid)
+        return bool(stat and stat.start_ticks == proc.start_ticks and stat.state not in ("Z", "X"))
+
+    def _members(self, proc: ServerProcess) -> tuple[list[int], list[int]]:
+        self._reap()
+        ours, foreign = [], []
+        for member in live_group_members(proc.pgid):
+            owned = environ_has(read_environ(member.pid), TOKEN_VAR, proc.token)
+            (ours if owned else foreign).append(member.pid)
+        return ours, foreign
+
+    def owned_members(self, proc: ServerProcess) -> list[int]:
+        return self._members(proc)[0]
+
+    def stop_group(self, proc: ServerProcess, grace_s: float) -> StopReport:
+        started = time.monotonic()
+        ours, foreign = self._members(proc)
+        if not ours:
+            return StopReport(False, "none", 0.0, (), tuple(foreign))
+        used = "SIGTERM"
+        self._signal(proc, ours, foreign, signal.SIGTERM)
+        if not self._wait_gone(proc, grace_s):
+            used = "SIGKILL"
+            self._signal(proc, self.owned_members(proc), foreign, signal.SIGKILL)
+            self._wait_gone(proc, 10.0)
+        return StopReport(True, used, time.monotonic() - started,
+                          tuple(self.owned_members(proc)), tuple(foreign))
+
+    @staticmethod
+    def _signal(proc: ServerProcess, ours: list[int], foreign: list[int], sig: int) -> None:
+        # The whole group at once when it is all ours (no race with forks); else only our pids.
+        try:
+            if not foreign:
+                os.killpg(proc.pgid, sig)
+                return
+        except ProcessLookupError:
+            return
+        for pid in ours:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def _wait_gone(self, proc: ServerProcess, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while self.owned_members(proc):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def read_log(self, proc: ServerProcess, offset: int) -> tuple[str, int]:
+        try:
+            with open(proc.log_path, "rb") as log:
+                log.seek(offset)
+                data = log.read()
+        except FileNotFoundError:
+            return "", offset
+        return data.decode(errors="replace"), offset + len(data)
+
+    def port_is_free(self, port: int) -> bool:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+        return True
+
+    def base_url(self, port: int) -> str:
+        return f"http://127.0.0.1:{port}"
+
+    def python(self) -> str:
+        return self.spec.python or sys.executable
+
+    def close(self) -> None:
+        self._reap()

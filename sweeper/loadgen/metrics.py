@@ -1,0 +1,161 @@
+"""Per-level statistics with SGLang bench_serving's definitions, plus a validity verdict.
+
+Pure functions over RequestSample lists. Only completed requests enter the latency and token
+statistics (as in bench_serving); failures make the level invalid instead.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from sweeper.loadgen.client import RequestSample
+
+STAT_NAMES = ("mean", "median", "std", "p90", "p95", "p99")
+MAX_ERRORS_KEPT = 5
+MIN_CONCURRENCY_FRACTION = 0.95
+
+
+def percentile_summary(values_ms: Sequence[float], name: str) -> dict[str, float]:
+    """{mean,median,std,p90,p95,p99}_{name}_ms over values_ms; NaN when there are none."""
+    values = np.asarray(values_ms, dtype=float)
+    if values.size == 0:
+        return {f"{stat}_{name}_ms": math.nan for stat in STAT_NAMES}
+    return {
+        f"mean_{name}_ms": float(np.mean(values)),
+        f"median_{name}_ms": float(np.median(values)),
+        f"std_{name}_ms": float(np.std(values)),
+        f"p90_{name}_ms": float(np.percentile(values, 90)),
+        f"p95_{name}_ms": float(np.percentile(values, 95)),
+        f"p99_{name}_ms": float(np.percentile(values, 99)),
+    }
+
+
+def inter_token_latencies_s(sample: RequestSample) -> list[float]:
+    """Gap before each chunk after the first, split evenly over the tokens that chunk carried."""
+    itls: list[float] = []
+    for i in range(1, len(sample.chunk_times)):
+        tokens = max(sample.chunk_tokens[i], 1)
+        gap = sample.chunk_times[i] - sample.chunk_times[i - 1]
+        itls.extend([gap / tokens] * tokens)
+    return itls
+
+
+def time_per_output_token_s(sample: RequestSample) -> float | None:
+    """(latency - TTFT) / (output tokens - 1); None for a request with fewer than 2 output tokens."""
+    if sample.output_tokens <= 1 or not math.isfinite(sample.ttft):
+        return None
+    return (sample.latency - sample.ttft) / (sample.output_tokens - 1)
+
+
+def achieved_concurrency(latencies_s: Sequence[float], duration_s: float) -> float:
+    """Mean number of requests in flight: total request-time over wall time."""
+    return float(sum(latencies_s)) / duration_s if duration_s > 0 else math.nan
+
+
+def distinct_errors(samples: Sequence[RequestSample], limit: int = MAX_ERRORS_KEPT) -> list[str]:
+    """Up to `limit` distinct error texts of failed samples, in order of first appearance."""
+    errors = dict.fromkeys(s.error for s in samples if not s.ok)
+    return list(errors)[:limit]
+
+
+def invalid_reasons(
+    samples: Sequence[RequestSample],
+    concurrency: int,
+    achieved: float,
+    requested_output_len: int | None,
+) -> list[str]:
+    """Why a level's numbers cannot be trusted; empty when they can."""
+    if not samples:
+        return ["no requests were sent"]
+    completed = [s for s in samples if s.ok]
+    reasons = []
+    failed = len(samples) - len(completed)
+    if failed:
+        reasons.append(f"{failed} of {len(samples)} requests failed: {distinct_errors(samples, 1)[0]}")
+    mismatched = [s for s in completed if s.usage_reported and s.output_tokens != s.streamed_tokens]
+    if mismatched:
+        s = mismatched[0]
+        reasons.append(
+            f"{len(mismatched)} requests: server usage count disagrees with streamed tokens "
+            f"(e.g. usage {s.output_tokens}, streamed {s.streamed_tokens})"
+        )
+    short = [s for s in completed if s.output_tokens < _expected_output_len(s, requested_output_len)]
+    if short:
+        s = short[0]
+        reasons.append(
+            f"{len(short)} requests received fewer tokens than requested "
+            f"(e.g. {s.output_tokens} of {_expected_output_len(s, requested_output_len)})"
+        )
+    if not achieved >= MIN_CONCURRENCY_FRACTION * concurrency:  # also catches NaN
+        reasons.append(
+            f"achieved concurrency {achieved:.2f} below {MIN_CONCURRENCY_FRACTION:.0%} "
+            f"of target {concurrency}"
+        )
+    return reasons
+
+
+def _expected_output_len(sample: RequestSample, requested_output_len: int | None) -> int:
+    # None means: hold each request to what it asked for (its requested_output_tokens).
+    return sample.requested_output_tokens if requested_output_len is None else requested_output_len
+
+
+def summarize_level(
+    samples: list[RequestSample],
+    concurrency: int,
+    duration_s: float,
+    *,
+    time_scale: float = 1.0,
+    requested_output_len: int | None = None,
+) -> dict:
+    """bench_serving-style metrics for one concurrency level, with `valid` and `invalid_reasons`.
+
+    duration_s is the wall time of the measured run. A simulator runs its clock at
+    wall = modelled * time_scale, so every wall duration is divided by time_scale first and the
+    result is in modelled seconds. requested_output_len=None checks each request against its own
+    requested_output_tokens; pass 0 to skip the length check.
+    """
+    if time_scale <= 0:
+        raise ValueError(f"time_scale must be > 0, got {time_scale}")
+    completed = [s for s in samples if s.ok]
+    dur = duration_s / time_scale
+    latencies = [s.latency / time_scale for s in completed]
+    ttfts = [s.ttft / time_scale for s in completed if math.isfinite(s.ttft)]
+    itls = [itl / time_scale for s in completed for itl in inter_token_latencies_s(s)]
+    tpots = [t / time_scale for s in completed if (t := time_per_output_token_s(s)) is not None]
+    total_input = sum(s.prompt_tokens for s in completed)
+    total_output = sum(s.output_tokens for s in completed)
+    achieved = achieved_concurrency(latencies, dur)
+    reasons = invalid_reasons(samples, concurrency, achieved, requested_output_len)
+    return {
+        "duration": dur,
+        "completed": len(completed),
+        "failed": len(samples) - len(completed),
+        "total_input_tokens": total_input,
+        "total_output_tokens": total_output,
+        "total_streamed_tokens": sum(s.streamed_tokens for s in completed),
+        "request_throughput": _per_second(len(completed), dur),
+        "input_throughput": _per_second(total_input, dur),
+        "output_throughput": _per_second(total_output, dur),
+        "total_throughput": _per_second(total_input + total_output, dur),
+        **percentile_summary(_to_ms(ttfts), "ttft"),
+        **percentile_summary(_to_ms(itls), "itl"),
+        **percentile_summary(_to_ms(tpots), "tpot"),
+        **percentile_summary(_to_ms(latencies), "e2e_latency"),
+        "concurrency": achieved,
+        "max_concurrent_requests": concurrency,
+        "time_scale": time_scale,
+        "errors": distinct_errors(samples),
+        "valid": not reasons,
+        "invalid_reasons": reasons,
+    }
+
+
+def _per_second(count: float, duration_s: float) -> float:
+    return count / duration_s if duration_s > 0 else math.nan
+
+
+def _to_ms(values_s: Sequence[float]) -> list[float]:
+    return [v * 1000.0 for v in values_s]

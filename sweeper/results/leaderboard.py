@@ -1,0 +1,107 @@
+"""The leaderboard, rebuilt from storage alone: one row per trial, feasibility derived from the
+recorded constraints and the study's reference output. Duplicates and failures never rank."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import optuna
+import pandas as pd
+from optuna.trial import FrozenTrial, TrialState
+
+# Per-level columns: (column suffix, metric key in the level's metrics)
+LEVEL_COLUMNS = (
+    ("output_tok_s", "output_throughput"),
+    ("ttft_p50_ms", "median_ttft_ms"),
+    ("ttft_p99_ms", "p99_ttft_ms"),
+    ("itl_p50_ms", "median_itl_ms"),
+    ("itl_p99_ms", "p99_itl_ms"),
+    ("valid", "valid"),
+)
+
+
+def study_space(study: optuna.Study) -> dict:
+    return study.user_attrs.get("space", {})
+
+
+def parameter_names(study: optuna.Study) -> list[str]:
+    return list(study_space(study).get("parameters", {}))
+
+
+def concurrency_levels(study: optuna.Study) -> list[int]:
+    return list(study_space(study).get("workload", {}).get("concurrency", []))
+
+
+def infeasible_reason(trial: FrozenTrial, reference: str | None) -> str | None:
+    """Why a finished trial cannot rank (None when it can)."""
+    attrs = trial.user_attrs
+    if trial.state != TrialState.COMPLETE:
+        return trial.state.name.lower()
+    if "duplicate_of" in attrs:
+        return f"duplicate of {attrs['duplicate_of']}"
+    if failure := attrs.get("failure"):
+        return f"{failure['stage']}/{failure['kind']}"
+    if any(v > 0 for v in (trial.constraints or {}).values()):
+        return "constraint"
+    if reference is not None and attrs.get("output_text") not in (None, reference):
+        return "check_output/garbage_output"  # measured before the reference was settled
+    return None
+
+
+def is_feasible(trial: FrozenTrial, reference: str | None) -> bool:
+    return infeasible_reason(trial, reference) is None and trial.value is not None
+
+
+def best_trial(study: optuna.Study) -> FrozenTrial | None:
+    reference = study.user_attrs.get("reference_text")
+    feasible = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if is_feasible(t, reference)]
+    if not feasible:
+        return None
+    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    return (max if maximize else min)(feasible, key=lambda t: t.value)
+
+
+def trial_row(trial: FrozenTrial, params: list[str], levels: list[int], reference: str | None) -> dict[str, Any]:
+    attrs = trial.user_attrs
+    reason = infeasible_reason(trial, reference)
+    failure = attrs.get("failure") or {}
+    kind = failure.get("kind") or ("garbage_output" if reason == "check_output/garbage_output" else "")
+    row: dict[str, Any] = {
+        "trial": trial.number,
+        "state": trial.state.name,
+        "feasible": reason is None,
+        "failure_stage": failure.get("stage") or ("check_output" if kind else ""),
+        "failure_kind": kind,
+        "duplicate_of": attrs.get("duplicate_of", ""),
+        "seed": attrs.get("seed", ""),
+        "retry_of": attrs.get("retry_of", ""),
+    }
+    for name in params:
+        row[f"param_{name}"] = trial.params.get(name, "")
+    row["objective"] = trial.value if trial.value is not None and reason is None else math.nan
+    level_metrics = attrs.get("levels", {})
+    for level in levels:
+        metrics = level_metrics.get(str(level), {})
+        for suffix, key in LEVEL_COLUMNS:
+            row[f"c{level}_{suffix}"] = metrics.get(key, math.nan if suffix != "valid" else "")
+    row["duration_s"] = (trial.datetime_complete - trial.datetime_start).total_seconds() \
+        if trial.datetime_complete and trial.datetime_start else math.nan
+    row["host"] = attrs.get("host", "")
+    return row
+
+
+def leaderboard_frame(study: optuna.Study) -> pd.DataFrame:
+    """Every trial, one row each, best feasible first, then the rest by trial number."""
+    reference = study.user_attrs.get("reference_text")
+    params, levels = parameter_names(study), concurrency_levels(study)
+    rows = [trial_row(t, params, levels, reference) for t in study.get_trials(deepcopy=False)]
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    ascending = study.direction != optuna.study.StudyDirection.MAXIMIZE
+    frame["_rank_key"] = frame["objective"] if ascending else -frame["objective"]
+    frame = frame.sort_values(["feasible", "_rank_key", "trial"], ascending=[False, True, True],
+                              na_position="last")
+    return frame.drop(columns="_rank_key").reset_index(drop=True)

@@ -1,0 +1,45 @@
+"""`sweeper show`: trials by state, the best so far, what is running."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import optuna
+from optuna.trial import TrialState
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from sweeper.results.leaderboard import best_trial, infeasible_reason
+
+
+def format_show(study: optuna.Study) -> Group:
+    trials = study.get_trials(deepcopy=False)
+    reference = study.user_attrs.get("reference_text")
+    states = Counter(t.state.name for t in trials)
+    infeasible = Counter(infeasible_reason(t, reference) for t in trials
+                         if t.state == TrialState.COMPLETE)
+    infeasible.pop(None, None)
+    evaluated = sum(1 for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("launched"))
+    lines = [Text(f"study {study.study_name}: {len(trials)} trials, {evaluated} of "
+                  f"{study.user_attrs.get('budget', '?')} evaluations spent")]
+    lines.append(Text("by state: " + ", ".join(f"{k} {v}" for k, v in sorted(states.items()))))
+    if infeasible:
+        lines.append(Text("not ranked: " + ", ".join(f"{k} {v}" for k, v in sorted(infeasible.items()))))
+    best = best_trial(study)
+    if best:
+        metric = (study.metric_names or ["objective"])[0]
+        lines.append(Text(f"best: trial {best.number}, {metric} = {best.value:.2f}, {best.params}"))
+    else:
+        lines.append(Text("best: none feasible yet"))
+    running = [t for t in trials if t.state == TrialState.RUNNING]
+    if running:
+        table = Table(title="running")
+        for column in ("#", "stage", "host", "pid", "params"):
+            table.add_column(column)
+        for t in running:
+            proc = t.user_attrs.get("process") or {}
+            table.add_row(str(t.number), t.user_attrs.get("stage", "?"), t.user_attrs.get("host", "?"),
+                          str(proc.get("pid", "-")), str(t.params))
+        lines.append(table)
+    return Group(*lines)

@@ -1,0 +1,106 @@
+"""A search space turned into Optuna suggestions, checked against its constraints, enumerated
+when finite, and keyed canonically so a config is launched once."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from decimal import Decimal
+from typing import Any, Iterator
+
+import optuna
+
+from sweeper.config import BoolParam, CategoricalParam, FloatParam, IntParam, Space
+from sweeper.expr import ExprError, Missing
+
+Config = dict[str, Any]
+
+
+def is_active(space: Space, name: str, config: Config) -> bool:
+    """A parameter with `when:` exists only when every named parameter has one of the values."""
+    for other, wanted in space.parameters[name].when.items():
+        allowed = wanted if isinstance(wanted, list) else [wanted]
+        if other not in config or config[other] not in allowed:
+            return False
+    return True
+
+
+def suggest_config(trial: optuna.Trial, space: Space) -> Config:
+    """Ask the trial for a value of every active parameter, in file order."""
+    config: Config = {}
+    for name, param in space.parameters.items():
+        if not is_active(space, name, config):
+            continue
+        match param:
+            case CategoricalParam():
+                config[name] = trial.suggest_categorical(name, param.choices)
+            case BoolParam():
+                config[name] = trial.suggest_categorical(name, [False, True])
+            case IntParam():
+                config[name] = trial.suggest_int(name, param.low, param.high, step=param.step, log=param.log)
+            case FloatParam():
+                config[name] = trial.suggest_float(name, param.low, param.high, step=param.step, log=param.log)
+    return config
+
+
+def violated_constraints(space: Space, config: Config) -> list[str]:
+    """Constraint sources that this config breaks; one that names an inactive parameter is skipped."""
+    broken = []
+    for expr in space.parsed_constraints():
+        try:
+            if not expr.evaluate(config):
+                broken.append(expr.source)
+        except Missing:
+            continue
+        except ExprError as exc:
+            broken.append(f"{expr.source} ({exc})")
+    return broken
+
+
+def config_key(config: Config) -> str:
+    """Canonical text of a config: equal configs give equal keys whatever their order."""
+    return json.dumps(config, sort_keys=True, separators=(",", ":"))
+
+
+def parameter_values(param) -> list[Any]:
+    """Every value of a finite parameter (a float needs a step)."""
+    match param:
+        case CategoricalParam():
+            return list(param.choices)
+        case BoolParam():
+            return [False, True]
+        case IntParam():
+            if param.log:
+                return list(range(param.low, param.high + 1))
+            return list(range(param.low, param.high + 1, param.step))
+        case FloatParam():
+            if param.step is None:
+                raise ValueError("a float parameter without a step has infinitely many values")
+            low, high, step = Decimal(str(param.low)), Decimal(str(param.high)), Decimal(str(param.step))
+            count = int((high - low) / step) + 1
+            return [float(low + i * step) for i in range(count)]
+    raise TypeError(param)
+
+
+def enumerate_configs(space: Space) -> Iterator[Config]:
+    """Every config of a finite space that its conditions allow (constraints not applied)."""
+    seen: set[str] = set()
+    names = list(space.parameters)
+    value_lists = [parameter_values(space.parameters[n]) for n in names]
+    for combo in itertools.product(*value_lists):
+        config: Config = {}
+        for name, value in zip(names, combo):
+            if is_active(space, name, config):
+                config[name] = value
+        key = config_key(config)
+        if key not in seen:
+            seen.add(key)
+            yield config
+
+
+def count_configs(space: Space) -> int | None:
+    """The number of distinct configs, or None when the space is not finite."""
+    try:
+        return sum(1 for _ in enumerate_configs(space))
+    except ValueError:
+        return None

@@ -1,0 +1,346 @@
+"""The Optuna study: storage, sampler, the objective around a trial, dedupe, budget, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+import sweeper
+from sweeper.config import HostSpec, Space, space_fingerprint
+from sweeper.engines import get_engine
+from sweeper.errors import InfraError, UserError
+from sweeper.hosts import Host, ServerProcess
+from sweeper.hosts.procfs import read_stat
+from sweeper.record import CONSTRAINT_KEYS, constraint_values, objective_value, outcome_attrs
+from sweeper.results.leaderboard import best_trial
+from sweeper.redact import redact_url
+from sweeper.space import config_key, count_configs, parameter_values, suggest_config
+from sweeper.trial import TrialContext, run_trial
+
+MAX_RETRIES = 2
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+# ---------------------------------------------------------------- where a study lives
+
+def study_dir(results_dir: Path, study_name: str) -> Path:
+    return results_dir / study_name
+
+
+def storage_url(results_dir: Path, study_name: str, storage: str | None) -> str:
+    if storage:
+        return storage
+    path = (study_dir(results_dir, study_name) / "study.db").resolve()
+    return f"sqlite:///{path}"
+
+
+def open_storage(url: str) -> optuna.storages.RDBStorage:
+    engine_kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        engine_kwargs = {"connect_args": {"timeout": 30}}
+    elif url.startswith("postgresql"):
+        engine_kwargs = {"pool_pre_ping": True}
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=30,
+                                          grace_period=600)
+    except Exception as exc:  # sqlalchemy raises many kinds; all mean "cannot open this storage"
+        raise UserError(f"cannot open storage {redact_url(url)}: {exc}") from None
+
+
+def study_exists(storage: optuna.storages.BaseStorage, name: str) -> bool:
+    return any(s.study_name == name for s in optuna.get_all_study_summaries(storage))
+
+
+# ---------------------------------------------------------------- samplers
+
+def choose_sampler(space: Space, budget: int, seed: int | None = None) -> optuna.samplers.BaseSampler:
+    """Brute force when the discrete space is small next to the budget, else multivariate TPE."""
+    size = count_configs(space) if _upper_bound(space) <= 200_000 else None
+    if size is not None and size <= 3 * budget:
+        return optuna.samplers.BruteForceSampler(seed=seed)
+    return optuna.samplers.TPESampler(multivariate=True, group=True, seed=seed,
+                                      n_startup_trials=max(4, min(10, budget // 3)),
+                                      warn_independent_sampling=False)
+
+
+def _upper_bound(space: Space) -> float:
+    bound = 1.0
+    for param in space.parameters.values():
+        try:
+            bound *= len(parameter_values(param))
+        except ValueError:
+            return float("inf")
+    return bound
+
+
+# ---------------------------------------------------------------- events for the progress view
+
+class SweepEvents(Protocol):
+    def trial_started(self, number: int, evaluation: int, budget: int, config: dict) -> None: ...
+    def stage(self, number: int, stage: str) -> None: ...
+    def trial_finished(self, number: int, summary: str, best: float | None) -> None: ...
+
+
+class QuietEvents:
+    def trial_started(self, number, evaluation, budget, config): pass
+    def stage(self, number, stage): pass
+    def trial_finished(self, number, summary, best): pass
+
+
+# ---------------------------------------------------------------- creating and loading
+
+@dataclass
+class StudyHandle:
+    study: optuna.Study
+    space: Space
+    host_name: str
+    host_spec: HostSpec
+    results_dir: Path
+
+    @property
+    def name(self) -> str:
+        return self.study.study_name
+
+    @property
+    def budget(self) -> int:
+        return int(self.study.user_attrs["budget"])
+
+    @property
+    def dir(self) -> Path:
+        return study_dir(self.results_dir, self.name)
+
+
+def create_study(name: str, space: Space, space_path: Path, host_name: str, host_spec: HostSpec,
+                 results_dir: Path, storage: str | None, budget: int) -> StudyHandle:
+    url = storage_url(results_dir, name, storage)
+    study_dir(results_dir, name).mkdir(parents=True, exist_ok=True)
+    rdb = open_storage(url)
+    if study_exists(rdb, name):
+        raise UserError(f"study {name!r} already exists; continue it with `sweeper resume {name}` "
+                        "or pick another --study name")
+    study = optuna.create_study(study_name=name, storage=rdb, direction=space.objective.direction)
+    study.set_metric_names([f"{space.objective.metric}@c{space.objective_level}"])
+    attrs = {
+        "sweeper_version": sweeper.__version__,
+        "space_path": str(space_path.resolve()),
+        "space_text": space_path.read_text(),
+        "space_hash": space_fingerprint(space),
+        "space": space.model_dump(mode="json"),
+        "host_name": host_name,
+        "host_spec": host_spec.model_dump(mode="json"),
+        "budget": budget,
+        "storage": redact_url(url),
+        "created_at": time.time(),
+    }
+    for key, value in attrs.items():
+        study.set_user_attr(key, value)
+    (study_dir(results_dir, name) / "space.yaml").write_text(attrs["space_text"])
+    for seed in space.seeds:
+        study.enqueue_trial(seed.params, user_attrs={"seed": seed.name})
+    return StudyHandle(study, space, host_name, host_spec, results_dir)
+
+
+def load_study(name: str, results_dir: Path, storage: str | None) -> optuna.Study:
+    url = storage_url(results_dir, name, storage)
+    if storage is None and not Path(url.removeprefix("sqlite:///")).exists():
+        raise UserError(f"no study {name!r} under {results_dir} (looked for {url.removeprefix('sqlite:///')})")
+    rdb = open_storage(url)
+    if not study_exists(rdb, name):
+        raise UserError(f"no study named {name!r} in {redact_url(url)}")
+    return optuna.load_study(study_name=name, storage=rdb)
+
+
+# ---------------------------------------------------------------- the controller lock
+
+def controller_identity() -> dict:
+    stat = read_stat(os.getpid())
+    return {"hostname": socket.gethostname(), "pid": os.getpid(),
+            "start_ticks": stat.start_ticks if stat else 0}
+
+
+def controller_alive(identity: dict | None) -> bool:
+    """Whether the controller that last ran this study is still running (on this machine)."""
+    if not identity or identity.get("hostname") != socket.gethostname():
+        return False
+    if identity.get("pid") == os.getpid():
+        return False
+    stat = read_stat(int(identity["pid"]))
+    return bool(stat and stat.start_ticks == identity.get("start_ticks") and stat.state not in ("Z", "X"))
+
+
+# ---------------------------------------------------------------- running
+
+def evaluations(study: optuna.Study) -> int:
+    """Real evaluations so far: finished trials that launched a server (duplicates are free)."""
+    return sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+               if t.user_attrs.get("launched"))
+
+
+def find_duplicate(study: optuna.Study, key: str, number: int) -> FrozenTrial | None:
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if t.number != number and t.user_attrs.get("config_key") == key and "duplicate_of" not in t.user_attrs:
+            return t
+    return None
+
+
+def reference_text(study: optuna.Study) -> str | None:
+    return study.user_attrs.get("reference_text")
+
+
+def settle_reference(handle: StudyHandle, trial: optuna.Trial, output: str | None) -> None:
+    """The reference comes from the seed the space names, or else from two different configs that
+    agree, so a garbage first trial cannot become the reference."""
+    study = handle.study
+    if output is None or reference_text(study) is not None:
+        return
+    named = handle.space.reference
+    if named is not None and trial.user_attrs.get("seed") == named:
+        study.set_user_attr("reference_text", output)
+        study.set_user_attr("reference_source", f"seed {named} (trial {trial.number})")
+        return
+    for other in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if other.user_attrs.get("output_text") == output and other.user_attrs.get("config_key") != trial.user_attrs.get("config_key"):
+            study.set_user_attr("reference_text", output)
+            study.set_user_attr("reference_source", f"agreement of trials {other.number} and {trial.number}")
+            return
+
+
+def make_objective(handle: StudyHandle, host: Host, events: SweepEvents) -> Callable[[optuna.Trial], float]:
+    space, study = handle.space, handle.study
+    engine = get_engine(space.engine)
+
+    def objective(trial: optuna.Trial) -> float:
+        config = suggest_config(trial, space)
+        key = config_key(config)
+        trial.set_user_attr("config_key", key)
+        trial.set_user_attr("host", handle.host_name)
+        for name in CONSTRAINT_KEYS:
+            trial.set_constraint(name, 0.0)  # feasible until shown otherwise
+        if duplicate := find_duplicate(study, key, trial.number):
+            return _copy_duplicate(trial, duplicate)
+        events.trial_started(trial.number, evaluations(study) + 1, handle.budget, config)
+        trial_dir = handle.dir / "trials" / str(trial.number)
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        (trial_dir / "config.json").write_text(json.dumps(config, indent=2))
+
+        def on_stage(stage: str) -> None:
+            trial.set_user_attr("stage", stage)
+            events.stage(trial.number, stage)
+
+        def on_started(proc: ServerProcess) -> None:
+            trial.set_user_attr("process", proc.to_dict())
+
+        def on_level(level: int, metrics: dict) -> None:
+            value = metrics.get(space.objective.metric)
+            if value is not None and metrics.get("valid"):
+                trial.report(float(value), step=level)
+
+        ctx = TrialContext(space=space, engine=engine, host=host, host_spec=handle.host_spec,
+                           trial_dir=trial_dir, reference_text=reference_text(study),
+                           on_stage=on_stage, on_started=on_started, on_level=on_level)
+        try:
+            outcome = run_trial(ctx, config)
+        except KeyboardInterrupt:
+            trial.set_user_attr("interrupted", True)  # the server was stopped by run_trial's finally
+            raise
+        except InfraError as exc:
+            trial.set_user_attr("infra_error", str(exc))
+            enqueue_retry(study, trial.number, trial.params, trial.user_attrs)
+            raise
+        for name, value in outcome_attrs(outcome).items():
+            trial.set_user_attr(name, value)
+        for name, value in constraint_values(outcome).items():
+            trial.set_constraint(name, value)
+        settle_reference(handle, trial, outcome.output_text if outcome.ok else None)
+        value = objective_value(space, outcome)
+        (trial_dir / "outcome.json").write_text(json.dumps(
+            {"config": config, "value": value, **outcome_attrs(outcome)}, indent=2, default=str))
+        trial.set_user_attr("stage", "done")
+        events.trial_finished(trial.number, _summary(outcome, value), _best_value(study))
+        return value
+
+    return objective
+
+
+def _copy_duplicate(trial: optuna.Trial, duplicate: FrozenTrial) -> float:
+    trial.set_user_attr("duplicate_of", duplicate.number)
+    for name, value in (duplicate.constraints or {}).items():
+        trial.set_constraint(name, value)
+    return duplicate.value
+
+
+def _summary(outcome, value: float) -> str:
+    if outcome.failure:
+        return f"infeasible: {outcome.failure.stage}/{outcome.failure.kind}"
+    return f"{value:.2f}"
+
+
+def _best_value(study: optuna.Study) -> float | None:
+    best = best_trial(study)
+    return best.value if best else None
+
+
+def enqueue_retry(study: optuna.Study, number: int, params: dict, user_attrs: dict) -> bool:
+    """Queue the config of a trial that failed for infrastructure reasons, at most MAX_RETRIES times."""
+    attempt = int(user_attrs.get("attempt", 0)) + 1
+    if attempt > MAX_RETRIES:
+        return False
+    carried = {k: user_attrs[k] for k in ("seed",) if k in user_attrs}
+    study.enqueue_trial(params, user_attrs={**carried, "retry_of": number, "attempt": attempt})
+    return True
+
+
+class BudgetCallback:
+    """Stops the study once the budget of real evaluations is spent (across restarts)."""
+
+    def __init__(self, budget: int):
+        self.budget = budget
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        if evaluations(study) >= self.budget:
+            study.stop()
+
+
+def run_sweep(handle: StudyHandle, host: Host, events: SweepEvents, sampler_seed: int | None = None) -> None:
+    """Run trials until the budget of evaluations is spent or the sampler runs out of configs."""
+    study = handle.study
+    study.sampler = choose_sampler(handle.space, handle.budget, sampler_seed)
+    study.set_user_attr("controller", controller_identity())
+    remaining = handle.budget - evaluations(study)
+    if remaining <= 0:
+        return
+    # Duplicates and rule-excluded configs are free, so allow many more trials than evaluations.
+    study.optimize(make_objective(handle, host, events), n_trials=remaining * 20 + 20,
+                   callbacks=[BudgetCallback(handle.budget)], catch=(InfraError,),
+                   gc_after_trial=False)
+
+
+# ---------------------------------------------------------------- recovery after a dead controller
+
+def recover_interrupted(study: optuna.Study, host: Host, grace_s: float) -> list[str]:
+    """Stop servers left by a dead controller, mark its RUNNING trials failed, and queue every
+    interrupted or infrastructure-failed trial for a re-run. Returns what was done."""
+    notes = []
+    storage = study._storage
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if proc := t.user_attrs.get("process"):
+            report = host.stop_group(ServerProcess.from_dict(proc), grace_s)
+            if report.was_running:
+                notes.append(f"stopped the server of trial {t.number} (pgid {proc['pgid']}, {report.signal})")
+        storage.set_trial_user_attr(t._trial_id, "interrupted", True)
+        storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        notes.append(f"trial {t.number} was interrupted: marked failed")
+    already = {t.user_attrs.get("retry_of") for t in study.get_trials(deepcopy=False)}
+    for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
+        interrupted = t.user_attrs.get("interrupted") or t.user_attrs.get("infra_error")
+        if interrupted and t.number not in already and enqueue_retry(study, t.number, t.params, t.user_attrs):
+            notes.append(f"trial {t.number} queued to run again")
+    return notes

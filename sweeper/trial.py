@@ -1,0 +1,283 @@
+"""One trial: preflight -> launch -> wait_ready -> check_output -> load ladder -> stop.
+
+Each stage is a small function that takes what it needs and returns a value; `run_trial` strings
+them together and always stops what it launched. A config-caused failure comes back as data
+(a Failure in the outcome); only infrastructure faults raise (InfraError).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+import requests
+
+from sweeper.config import HostSpec, Launch, OutputCheck, Space, Workload
+from sweeper.engines.base import Engine, EngineInfo, LaunchSpec, classify_log
+from sweeper.errors import InfraError
+from sweeper.hosts.base import Host, ServerProcess, StopReport
+from sweeper.loadgen.client import LoadgenError, complete, run_level
+from sweeper.loadgen.metrics import summarize_level
+from sweeper.loadgen.workload import build_prompt_token_ids
+from sweeper.redact import redact_env
+from sweeper.space import violated_constraints
+
+LOG_TAIL_LINES = 40
+
+
+@dataclass(frozen=True)
+class Failure:
+    stage: str  # preflight | launch | wait_ready | check_output | load | stop
+    kind: str  # constraint | crash | oom | cuda_graph_capture | garbage_output | timeout | hang | ...
+    message: str
+    log_tail: str = ""
+
+
+@dataclass
+class TrialOutcome:
+    config: dict[str, Any]
+    failure: Failure | None = None
+    levels: dict[int, dict] = field(default_factory=dict)
+    output_text: str | None = None
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    launched: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+
+@dataclass(frozen=True)
+class TrialContext:
+    space: Space
+    engine: Engine
+    host: Host
+    host_spec: HostSpec
+    trial_dir: Path
+    reference_text: str | None = None
+    on_stage: Callable[[str], None] = lambda stage: None
+    on_started: Callable[[ServerProcess], None] = lambda proc: None
+    on_level: Callable[[int, dict], None] = lambda level, metrics: None
+
+
+# ---------------------------------------------------------------- verdicts of wait_ready
+
+@dataclass(frozen=True)
+class Ready:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Crashed:
+    kind: str
+    message: str
+    log_tail: str
+
+
+@dataclass(frozen=True)
+class TimedOut:
+    kind: str  # timeout | hang
+    message: str
+    log_tail: str
+
+
+# ---------------------------------------------------------------- stages
+
+def preflight(space: Space, config: Mapping[str, Any], host: Host, base_port: int) -> Failure | int:
+    """A free port for the server, or the failure that means no launch is needed."""
+    broken = violated_constraints(space, config)
+    if broken:
+        return Failure("preflight", "constraint", "violates: " + "; ".join(broken))
+    for port in range(base_port, base_port + 2000, 10):  # spaced: engines derive ports from --port
+        if host.port_is_free(port):
+            return port
+    raise InfraError(f"no free port in {base_port}..{base_port + 2000} on {host.name}")
+
+
+def write_launch_files(trial_dir: Path, spec: LaunchSpec) -> None:
+    """The exact command as a runnable script and the environment (secrets redacted)."""
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    env = redact_env(spec.env)
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
+    (trial_dir / "command.sh").write_text(
+        "#!/usr/bin/env bash\n# written by sweeper; secrets are redacted\n"
+        + exports + "exec " + shlex.join(spec.argv) + "\n")
+    (trial_dir / "env.json").write_text(json.dumps(env, indent=2, sort_keys=True))
+    (trial_dir / "argv.json").write_text(json.dumps(list(spec.argv), indent=2))
+
+
+def launch(host: Host, spec: LaunchSpec, trial_dir: Path) -> ServerProcess:
+    write_launch_files(trial_dir, spec)
+    proc = host.start_detached(spec.argv, spec.env, cwd=str(trial_dir),
+                               log_path=str(trial_dir / "server.log"), token=uuid.uuid4().hex)
+    (trial_dir / "process.json").write_text(json.dumps(proc.to_dict(), indent=2))
+    return proc
+
+
+class LogWatch:
+    """Follows a server log by offset; remembers its tail and when it last grew."""
+
+    def __init__(self, host: Host, proc: ServerProcess):
+        self.host, self.proc = host, proc
+        self.offset, self.text, self.last_growth = 0, "", time.monotonic()
+
+    def poll(self) -> str:
+        new, self.offset = self.host.read_log(self.proc, self.offset)
+        if new:
+            self.text = (self.text + new)[-200_000:]
+            self.last_growth = time.monotonic()
+        return new
+
+    def tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        return "\n".join(self.text.splitlines()[-lines:])
+
+
+def wait_ready(host: Host, proc: ServerProcess, info: EngineInfo, base_url: str, model: str,
+               launch_cfg: Launch) -> Ready | Crashed | TimedOut:
+    """Poll until a real generation succeeds, the server dies or shows a failure line, it stalls,
+    or the deadline passes. Liveness and the log are checked on every poll."""
+    started = time.monotonic()
+    deadline = started + launch_cfg.ready_timeout_s
+    watch = LogWatch(host, proc)
+    while True:
+        watch.poll()
+        if signature := classify_log(watch.text, info.signatures):
+            return Crashed(signature.kind, f"log shows {signature.substring!r}", watch.tail())
+        if not host.is_alive(proc):
+            watch.poll()
+            signature = classify_log(watch.text, info.signatures)
+            kind = signature.kind if signature else "crash"
+            return Crashed(kind, "server exited during start-up", watch.tail())
+        health = _get_status(base_url + info.readiness.health_path)
+        if health == 200:
+            try:
+                complete(base_url, model, "Hello", max_tokens=1, timeout_s=30.0)
+                return Ready(time.monotonic() - started)
+            except LoadgenError:
+                pass  # healthy but cannot generate yet: keep polling until the deadline
+        now = time.monotonic()
+        if health is None and now - watch.last_growth > launch_cfg.stall_timeout_s:
+            return TimedOut("hang", f"no new log line for {launch_cfg.stall_timeout_s:.0f}s and the port is closed",
+                            watch.tail())
+        if now >= deadline:
+            return TimedOut("timeout", f"not ready after {launch_cfg.ready_timeout_s:.0f}s", watch.tail())
+        time.sleep(launch_cfg.poll_interval_s)
+
+
+def _get_status(url: str) -> int | None:
+    """HTTP status of a GET, or None when nothing listens."""
+    try:
+        return requests.get(url, timeout=5).status_code
+    except requests.RequestException:
+        return None
+
+
+def check_output(base_url: str, model: str, check: OutputCheck, reference: str | None) -> tuple[str, Failure | None]:
+    """A greedy completion of the fixed prompt, compared with the study's reference when it has one."""
+    try:
+        text = complete(base_url, model, check.prompt, max_tokens=check.max_tokens, timeout_s=120.0).text
+    except LoadgenError as exc:
+        return "", Failure("check_output", "generation_error", str(exc))
+    if reference is not None and text != reference:
+        return text, Failure("check_output", "garbage_output",
+                             f"greedy output differs from the reference: {text[:80]!r} vs {reference[:80]!r}")
+    return text, None
+
+
+def run_ladder(base_url: str, model: str, workload: Workload, time_scale: float, trial_dir: Path,
+               on_level: Callable[[int, dict], None], still_alive: Callable[[], bool]) -> tuple[dict[int, dict], Failure | None]:
+    """Each level: a warmup (not measured), then exactly C requests in flight until its requests run out."""
+    levels: dict[int, dict] = {}
+    samples_dir = trial_dir / "samples"
+    samples_dir.mkdir(parents=True, exist_ok=True)
+    for concurrency in workload.concurrency:
+        warmup = build_prompt_token_ids(workload.warmup_rounds * concurrency, workload.input_len,
+                                        seed=workload.seed + 10_000 + concurrency)
+        if warmup:
+            run_level(base_url, model, warmup, workload.output_len, concurrency,
+                      timeout_s=workload.request_timeout_s)
+        prompts = build_prompt_token_ids(workload.requests_at(concurrency), workload.input_len,
+                                         seed=workload.seed + concurrency)
+        samples, start, end = run_level(base_url, model, prompts, workload.output_len, concurrency,
+                                        timeout_s=workload.request_timeout_s)
+        (samples_dir / f"c{concurrency}.json").write_text(json.dumps([asdict(s) for s in samples]))
+        metrics = summarize_level(samples, concurrency, end - start, time_scale=time_scale,
+                                  requested_output_len=workload.output_len)
+        levels[concurrency] = metrics
+        on_level(concurrency, metrics)
+        if not still_alive():
+            return levels, Failure("load", "crash_under_load", f"server died at concurrency {concurrency}")
+    return levels, None
+
+
+def stop(host: Host, proc: ServerProcess, port: int, grace_s: float) -> StopReport:
+    """SIGTERM the group, wait, SIGKILL; then confirm the port is free."""
+    report = host.stop_group(proc, grace_s)
+    deadline = time.monotonic() + 10
+    while not host.port_is_free(port) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return report
+
+
+# ---------------------------------------------------------------- the pipeline
+
+def run_trial(ctx: TrialContext, config: Mapping[str, Any]) -> TrialOutcome:
+    outcome = TrialOutcome(config=dict(config))
+    timer = partial(_stage, outcome, ctx.on_stage)
+    space = ctx.space
+    with timer("preflight"):
+        port_or_failure = preflight(space, config, ctx.host, ctx.host_spec.base_port)
+    if isinstance(port_or_failure, Failure):
+        outcome.failure = port_or_failure
+        return outcome
+    port = port_or_failure
+    spec = ctx.engine.build_launch_spec(space, config, ctx.host_spec, port, ctx.host.python())
+    with timer("launch"):
+        proc = launch(ctx.host, spec, ctx.trial_dir)
+        outcome.launched = True
+        ctx.on_started(proc)
+    try:
+        _serve_and_measure(ctx, outcome, timer, proc, ctx.host.base_url(port))
+    finally:
+        with timer("stop"):
+            report = stop(ctx.host, proc, port, space.launch.stop_grace_s)
+        (ctx.trial_dir / "stop.json").write_text(json.dumps(asdict(report), indent=2))
+        if report.left_behind and outcome.failure is None:
+            outcome.failure = Failure("stop", "stop_failed", f"processes left behind: {report.left_behind}")
+    return outcome
+
+
+def _serve_and_measure(ctx: TrialContext, outcome: TrialOutcome, timer: Callable,
+                       proc: ServerProcess, base_url: str) -> None:
+    space = ctx.space
+    with timer("wait_ready"):
+        verdict = wait_ready(ctx.host, proc, ctx.engine.info, base_url, space.model, space.launch)
+    if not isinstance(verdict, Ready):
+        outcome.failure = Failure("wait_ready", verdict.kind, verdict.message, verdict.log_tail)
+        return
+    with timer("check_output"):
+        outcome.output_text, failure = check_output(base_url, space.model, space.check, ctx.reference_text)
+    if failure:
+        outcome.failure = failure
+        return
+    with timer("load"):
+        outcome.levels, outcome.failure = run_ladder(
+            base_url, space.model, space.workload, ctx.engine.clock_scale(space), ctx.trial_dir,
+            ctx.on_level, lambda: ctx.host.is_alive(proc))
+
+
+@contextmanager
+def _stage(outcome: TrialOutcome, on_stage: Callable[[str], None], name: str) -> Iterator[None]:
+    on_stage(name)
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        outcome.stage_seconds[name] = round(time.monotonic() - started, 3)

@@ -1,0 +1,247 @@
+import math
+
+import pytest
+
+from sweeper.loadgen.client import RequestSample
+from sweeper.loadgen.metrics import (
+    STAT_NAMES,
+    achieved_concurrency,
+    inter_token_latencies_s,
+    percentile_summary,
+    summarize_level,
+    time_per_output_token_s,
+)
+
+
+def make_sample(
+    start,
+    chunk_times,
+    *,
+    chunk_tokens=None,
+    end=None,
+    output_tokens=None,
+    usage_reported=True,
+    requested=None,
+    prompt_tokens=10,
+):
+    chunk_tokens = chunk_tokens or [1] * len(chunk_times)
+    streamed = sum(chunk_tokens)
+    output_tokens = streamed if output_tokens is None else output_tokens
+    return RequestSample(
+        ok=True,
+        error="",
+        start=start,
+        ttft=chunk_times[0] - start if chunk_times else math.nan,
+        chunk_times=list(chunk_times),
+        chunk_tokens=list(chunk_tokens),
+        end=chunk_times[-1] if end is None else end,
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        streamed_tokens=streamed,
+        usage_reported=usage_reported,
+        requested_output_tokens=output_tokens if requested is None else requested,
+    )
+
+
+def make_failure(error="HTTP 500: boom", start=0.0, end=0.1):
+    return RequestSample(
+        ok=False, error=error, start=start, ttft=math.nan, chunk_times=[], chunk_tokens=[],
+        end=end, prompt_tokens=10, output_tokens=0, streamed_tokens=0, usage_reported=False,
+        requested_output_tokens=5,
+    )
+
+
+def two_requests():
+    """A: TTFT 0.2 s, then chunks 0.2 s apart, the last carrying 2 tokens (5 tokens, 1.0 s).
+    B: TTFT 0.1 s, chunks 0.4 s apart, ends 0.98 s (3 tokens)."""
+    a = make_sample(0.0, [0.2, 0.4, 0.6, 1.0], chunk_tokens=[1, 1, 1, 2])
+    b = make_sample(0.0, [0.1, 0.5, 0.9], end=0.98)
+    return [a, b]
+
+
+def test_throughputs_follow_bench_serving():
+    m = summarize_level(two_requests(), concurrency=2, duration_s=1.0)
+    assert m["duration"] == 1.0
+    assert m["completed"] == 2 and m["failed"] == 0
+    assert m["total_input_tokens"] == 20
+    assert m["total_output_tokens"] == 8
+    assert m["request_throughput"] == pytest.approx(2.0)
+    assert m["input_throughput"] == pytest.approx(20.0)
+    assert m["output_throughput"] == pytest.approx(8.0)
+    assert m["total_throughput"] == pytest.approx(28.0)
+    assert m["max_concurrent_requests"] == 2
+    assert m["concurrency"] == pytest.approx(1.98)
+    assert m["valid"] is True and m["invalid_reasons"] == []
+    assert m["errors"] == []
+    assert m["time_scale"] == 1.0
+
+
+def test_ttft_percentiles_in_ms():
+    m = summarize_level(two_requests(), concurrency=2, duration_s=1.0)
+    assert m["mean_ttft_ms"] == pytest.approx(150.0)
+    assert m["median_ttft_ms"] == pytest.approx(150.0)
+    assert m["std_ttft_ms"] == pytest.approx(50.0)
+    assert m["p90_ttft_ms"] == pytest.approx(190.0)
+    assert m["p95_ttft_ms"] == pytest.approx(195.0)
+    assert m["p99_ttft_ms"] == pytest.approx(199.0)
+
+
+def test_itl_splits_a_multi_token_chunk_evenly():
+    # A: 200, 200, then a 400 ms gap over 2 tokens -> 200, 200. B: 400, 400.
+    m = summarize_level(two_requests(), concurrency=2, duration_s=1.0)
+    assert m["mean_itl_ms"] == pytest.approx(1600 / 6)
+    assert m["median_itl_ms"] == pytest.approx(200.0)
+    assert m["std_itl_ms"] == pytest.approx(math.sqrt(80000 / 9))
+    assert m["p90_itl_ms"] == pytest.approx(400.0)
+    assert m["p99_itl_ms"] == pytest.approx(400.0)
+
+
+def test_tpot_and_e2e_latency():
+    m = summarize_level(two_requests(), concurrency=2, duration_s=1.0)
+    # A: (1.0 - 0.2) / 4 = 200 ms; B: (0.98 - 0.1) / 2 = 440 ms.
+    assert m["mean_tpot_ms"] == pytest.approx(320.0)
+    assert m["median_tpot_ms"] == pytest.approx(320.0)
+    assert m["p99_tpot_ms"] == pytest.approx(200 + 0.99 * 240)
+    assert m["mean_e2e_latency_ms"] == pytest.approx(990.0)
+    assert m["p90_e2e_latency_ms"] == pytest.approx(998.0)
+
+
+def test_every_stat_key_present():
+    m = summarize_level(two_requests(), concurrency=2, duration_s=1.0)
+    for name in ("ttft", "itl", "tpot", "e2e_latency"):
+        for stat in STAT_NAMES:
+            assert f"{stat}_{name}_ms" in m
+
+
+def test_time_scale_converts_wall_to_modelled_time():
+    # wall = modelled * 0.5: every duration doubles, rates halve, concurrency is unchanged.
+    m = summarize_level(two_requests(), concurrency=2, duration_s=1.0, time_scale=0.5)
+    assert m["time_scale"] == 0.5
+    assert m["duration"] == pytest.approx(2.0)
+    assert m["output_throughput"] == pytest.approx(4.0)
+    assert m["request_throughput"] == pytest.approx(1.0)
+    assert m["mean_ttft_ms"] == pytest.approx(300.0)
+    assert m["median_itl_ms"] == pytest.approx(400.0)
+    assert m["mean_tpot_ms"] == pytest.approx(640.0)
+    assert m["mean_e2e_latency_ms"] == pytest.approx(1980.0)
+    assert m["concurrency"] == pytest.approx(1.98)
+    assert m["valid"] is True
+
+
+def test_time_scale_must_be_positive():
+    with pytest.raises(ValueError):
+        summarize_level(two_requests(), concurrency=2, duration_s=1.0, time_scale=0)
+
+
+def test_failed_request_makes_level_invalid_and_is_left_out_of_stats():
+    samples = two_requests() + [make_failure("HTTP 500: boom"), make_failure("HTTP 500: boom")]
+    m = summarize_level(samples, concurrency=2, duration_s=1.0)
+    assert m["completed"] == 2 and m["failed"] == 2
+    assert m["total_output_tokens"] == 8
+    assert m["errors"] == ["HTTP 500: boom"]
+    assert m["valid"] is False
+    assert len(m["invalid_reasons"]) == 1
+    assert "2 of 4 requests failed" in m["invalid_reasons"][0]
+    assert "HTTP 500: boom" in m["invalid_reasons"][0]
+
+
+def test_errors_keep_at_most_five_distinct():
+    samples = two_requests() + [make_failure(f"err {i % 7}") for i in range(20)]
+    m = summarize_level(samples, concurrency=2, duration_s=1.0)
+    assert m["errors"] == [f"err {i}" for i in range(5)]
+
+
+def test_usage_disagreeing_with_stream_is_invalid():
+    a, b = two_requests()
+    a.output_tokens = 7  # the server claims 7, only 5 streamed in
+    m = summarize_level([a, b], concurrency=2, duration_s=1.0)
+    assert m["valid"] is False
+    assert m["total_output_tokens"] == 10  # usage counts are what bench_serving reports
+    assert m["total_streamed_tokens"] == 8
+    [reason] = m["invalid_reasons"]
+    assert "usage" in reason and "usage 7, streamed 5" in reason
+
+
+def test_fewer_tokens_than_requested_is_invalid():
+    m = summarize_level(two_requests(), concurrency=2, duration_s=1.0, requested_output_len=5)
+    assert m["valid"] is False
+    [reason] = m["invalid_reasons"]
+    assert "fewer tokens than requested" in reason and "3 of 5" in reason
+
+
+def test_requested_length_defaults_to_each_requests_own():
+    a, b = two_requests()
+    b.requested_output_tokens = 4
+    m = summarize_level([a, b], concurrency=2, duration_s=1.0)
+    assert any("fewer tokens than requested" in r for r in m["invalid_reasons"])
+    # 0 turns the check off.
+    assert summarize_level([a, b], concurrency=2, duration_s=1.0, requested_output_len=0)["valid"]
+
+
+def test_low_achieved_concurrency_is_invalid():
+    m = summarize_level(two_requests(), concurrency=4, duration_s=1.0)
+    assert m["concurrency"] == pytest.approx(1.98)
+    assert m["max_concurrent_requests"] == 4
+    assert m["valid"] is False
+    [reason] = m["invalid_reasons"]
+    assert "concurrency 1.98" in reason and "target 4" in reason
+
+
+def test_concurrency_just_above_threshold_is_valid():
+    samples = [make_sample(0.0, [0.1, 0.96]) for _ in range(4)]
+    assert summarize_level(samples, concurrency=4, duration_s=1.0)["valid"]  # 3.84 >= 95% of 4
+    samples = [make_sample(0.0, [0.1, 0.94]) for _ in range(4)]
+    assert not summarize_level(samples, concurrency=4, duration_s=1.0)["valid"]
+
+
+def test_empty_input_gives_nan_stats_and_invalid():
+    m = summarize_level([], concurrency=4, duration_s=0.0)
+    assert m["completed"] == 0 and m["failed"] == 0
+    assert math.isnan(m["mean_ttft_ms"]) and math.isnan(m["p99_itl_ms"])
+    assert math.isnan(m["output_throughput"])
+    assert m["valid"] is False
+    assert "no requests were sent" in m["invalid_reasons"]
+
+
+def test_all_failed_gives_nan_latencies_and_zero_throughput():
+    m = summarize_level([make_failure(), make_failure("timeout after 1 s")], concurrency=2, duration_s=2.0)
+    assert m["completed"] == 0 and m["failed"] == 2
+    assert m["output_throughput"] == 0.0
+    assert m["concurrency"] == 0.0
+    for name in ("ttft", "itl", "tpot", "e2e_latency"):
+        assert all(math.isnan(m[f"{stat}_{name}_ms"]) for stat in STAT_NAMES)
+    assert m["valid"] is False
+    assert m["errors"] == ["HTTP 500: boom", "timeout after 1 s"]
+
+
+def test_single_token_request_has_no_tpot_or_itl():
+    s = make_sample(0.0, [0.3])
+    assert time_per_output_token_s(s) is None
+    assert inter_token_latencies_s(s) == []
+    m = summarize_level([s], concurrency=1, duration_s=0.3)
+    assert m["mean_ttft_ms"] == pytest.approx(300.0)
+    assert math.isnan(m["mean_tpot_ms"]) and math.isnan(m["mean_itl_ms"])
+
+
+def test_tpot_uses_reported_output_tokens():
+    s = make_sample(0.0, [0.1, 0.2, 0.5], end=0.5, output_tokens=5, usage_reported=False)
+    assert time_per_output_token_s(s) == pytest.approx(0.1)
+
+
+def test_percentile_summary_names_and_empty():
+    assert percentile_summary([10.0, 20.0, 30.0], "x") == pytest.approx(
+        {
+            "mean_x_ms": 20.0,
+            "median_x_ms": 20.0,
+            "std_x_ms": math.sqrt(200 / 3),
+            "p90_x_ms": 28.0,
+            "p95_x_ms": 29.0,
+            "p99_x_ms": 29.8,
+        }
+    )
+    assert all(math.isnan(v) for v in percentile_summary([], "x").values())
+
+
+def test_achieved_concurrency_is_total_latency_over_duration():
+    assert achieved_concurrency([1.0, 2.0, 3.0], 2.0) == 3.0
+    assert math.isnan(achieved_concurrency([], 0.0))
