@@ -274,7 +274,7 @@ def _validate(source: Path | str, data: Any, lines: dict, model: type[BaseModel]
     except ValidationError as exc:
         error = exc.errors()[0]
         loc = _strip_union_tags(error["loc"], data)
-        message = error["msg"]
+        message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             message = "unknown key"
         elif "input" in error and error["type"] not in ("missing",) and not isinstance(error["input"], dict):

@@ -1,0 +1,327 @@
+"""The load generator against a real aiohttp server on a real socket, streaming SSE like SGLang."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from sweeper.loadgen.client import (
+    LoadgenError,
+    complete,
+    complete_once,
+    run_closed_loop,
+    run_level,
+)
+from sweeper.loadgen.metrics import summarize_level
+from sweeper.loadgen.workload import build_prompt_token_ids
+
+MODEL = "fake-model"
+
+
+@dataclass
+class Behaviour:
+    token_delay_s: float = 0.01
+    send_usage: bool = True
+    usage_offset: int = 0  # added to the true completion_tokens in the usage it reports
+    fail_if: Callable[[list], bool] | None = None  # answer 500 for these prompts
+    split_bytes: int = 0  # write every SSE event in pieces of this many bytes
+    stop_after: int | None = None  # generate fewer tokens than max_tokens
+    hold_back_every: int = 0  # every k-th token streams as an empty-text chunk
+    error_after: int | None = None  # emit an error event after this many tokens
+    bad_json: bool = False  # non-streamed replies are not JSON
+    token_text: str = "é "  # two bytes in UTF-8, so splits can land inside a character
+
+
+@dataclass
+class ServerState:
+    inflight: int = 0
+    max_inflight: int = 0
+    payloads: list[dict] = field(default_factory=list)
+
+
+class FakeCompletionServer:
+    """OpenAI-style /v1/completions on 127.0.0.1, run by its own event loop in a thread."""
+
+    def __init__(self, behaviour: Behaviour) -> None:
+        self.behaviour = behaviour
+        self.state = ServerState()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.base_url = ""
+
+    def start(self) -> FakeCompletionServer:
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(timeout=5)
+        return self
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(timeout=5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
+        self.loop.close()
+
+    async def _start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/v1/completions", self._completions)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        await web.SockSite(self.runner, sock).start()
+        self.base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.state.payloads.append(body)
+        self.state.inflight += 1
+        self.state.max_inflight = max(self.state.max_inflight, self.state.inflight)
+        try:
+            return await self._answer(request, body)
+        finally:
+            self.state.inflight -= 1
+
+    async def _answer(self, request: web.Request, body: dict) -> web.StreamResponse:
+        b = self.behaviour
+        if b.fail_if and b.fail_if(body["prompt"]):
+            return web.Response(status=500, text="simulated crash: " + "x" * 400)
+        n = body["max_tokens"] if b.stop_after is None else min(b.stop_after, body["max_tokens"])
+        usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": n + b.usage_offset}
+        if not body.get("stream"):
+            await asyncio.sleep(b.token_delay_s * n)
+            if b.bad_json:
+                return web.Response(text="<html>not json</html>")
+            choice = {"index": 0, "text": b.token_text * n, "finish_reason": "length"}
+            return web.json_response({"choices": [choice], "usage": usage})
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for i in range(n):
+            await asyncio.sleep(b.token_delay_s)
+            if b.error_after is not None and i == b.error_after:
+                await self._send(response, {"error": {"message": "engine died", "code": 500}})
+                break
+            held = b.hold_back_every and (i + 1) % b.hold_back_every == 0 and i < n - 1
+            text = "" if held else b.token_text
+            choice = {"index": 0, "text": text, "finish_reason": "length" if i == n - 1 else None}
+            await self._send(response, {"object": "text_completion", "choices": [choice]})
+        if b.send_usage:
+            await self._send(response, {"choices": [], "usage": usage})
+        await self._send_raw(response, b"data: [DONE]\n\n")
+        return response
+
+    async def _send(self, response: web.StreamResponse, event: dict) -> None:
+        line = f"data: {json.dumps(event, ensure_ascii=False)}\n\n".encode()
+        await self._send_raw(response, line)
+
+    async def _send_raw(self, response: web.StreamResponse, data: bytes) -> None:
+        step = self.behaviour.split_bytes or len(data)
+        for i in range(0, len(data), step):
+            await response.write(data[i : i + step])
+            if self.behaviour.split_bytes:
+                await asyncio.sleep(0.0005)  # separate TCP segments, not one coalesced write
+
+
+@pytest.fixture
+def serve():
+    servers: list[FakeCompletionServer] = []
+
+    def start(**behaviour) -> FakeCompletionServer:
+        server = FakeCompletionServer(Behaviour(**behaviour)).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def closed_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def run_and_summarize(server, prompts, output_len, concurrency, **kwargs):
+    samples, start, end = run_level(server.base_url, MODEL, prompts, output_len, concurrency, **kwargs)
+    return samples, summarize_level(samples, concurrency, end - start, requested_output_len=output_len)
+
+
+@pytest.mark.parametrize("concurrency", [1, 4, 16])
+def test_closed_loop_keeps_exactly_c_in_flight(serve, concurrency):
+    server = serve(token_delay_s=0.01)
+    prompts = build_prompt_token_ids(3 * concurrency, 16, seed=0)
+    samples, summary = run_and_summarize(server, prompts, 8, concurrency)
+    assert server.state.max_inflight == concurrency
+    assert len(samples) == len(prompts) and all(s.ok for s in samples)
+    assert summary["valid"], summary["invalid_reasons"]
+    assert summary["concurrency"] >= 0.95 * concurrency
+
+
+def test_request_body_matches_bench_serving(serve):
+    server = serve()
+    prompts = build_prompt_token_ids(2, 5, seed=1)
+    run_level(server.base_url, MODEL, prompts, 3, 1, extra_body={"top_k": 1})
+    assert [p["prompt"] for p in server.state.payloads] == prompts
+    assert server.state.payloads[0] == {
+        "model": MODEL,
+        "prompt": prompts[0],
+        "max_tokens": 3,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "top_k": 1,
+    }
+
+
+def test_token_counts_latencies_and_throughput(serve):
+    delay, output_len, concurrency = 0.02, 10, 4
+    server = serve(token_delay_s=delay)
+    prompts = build_prompt_token_ids(12, 32, seed=2)
+    samples, m = run_and_summarize(server, prompts, output_len, concurrency)
+    for s in samples:
+        assert s.ok and s.usage_reported
+        assert s.output_tokens == s.streamed_tokens == output_len
+        assert s.chunk_tokens == [1] * output_len
+        assert s.prompt_tokens == 32
+    assert m["valid"], m["invalid_reasons"]
+    assert m["total_output_tokens"] == 120 and m["total_input_tokens"] == 12 * 32
+    # Each request takes output_len sleeps; the server can only be slower than that, not faster.
+    ideal_tps = concurrency * output_len / (output_len * delay)
+    assert 0.75 * ideal_tps <= m["output_throughput"] <= 1.01 * ideal_tps
+    assert delay * 1000 <= m["median_ttft_ms"] <= delay * 1000 * 1.6
+    assert delay * 1000 * 0.7 <= m["median_itl_ms"] <= delay * 1000 * 1.6
+    assert delay * 1000 * 0.9 <= m["mean_tpot_ms"] <= delay * 1000 * 1.6
+    assert m["mean_e2e_latency_ms"] >= output_len * delay * 1000
+
+
+def test_sse_lines_split_across_writes_are_reassembled(serve):
+    server = serve(token_delay_s=0.002, split_bytes=5)
+    prompts = build_prompt_token_ids(4, 8, seed=3)
+    samples, m = run_and_summarize(server, prompts, 6, 2)
+    assert all(s.ok and s.streamed_tokens == 6 and s.output_tokens == 6 for s in samples), samples
+    assert m["valid"], m["invalid_reasons"]
+
+
+def test_wrong_usage_is_invalid(serve):
+    server = serve(usage_offset=2)
+    samples, m = run_and_summarize(server, build_prompt_token_ids(4, 8, seed=4), 5, 2)
+    assert all(s.ok and s.output_tokens == 7 and s.streamed_tokens == 5 for s in samples)
+    assert not m["valid"]
+    assert any("usage 7, streamed 5" in r for r in m["invalid_reasons"])
+
+
+def test_missing_usage_counts_what_streamed(serve):
+    server = serve(send_usage=False)
+    prompts = build_prompt_token_ids(4, 8, seed=5)
+    samples, m = run_and_summarize(server, prompts, 5, 2)
+    assert all(not s.usage_reported and s.output_tokens == s.streamed_tokens == 5 for s in samples)
+    assert all(s.prompt_tokens == 8 for s in samples)
+    assert m["valid"], m["invalid_reasons"]
+
+
+def test_short_output_is_invalid_not_assumed_full(serve):
+    server = serve(stop_after=3)
+    samples, m = run_and_summarize(server, build_prompt_token_ids(2, 8, seed=6), 8, 1)
+    assert all(s.ok and s.output_tokens == 3 for s in samples)
+    assert m["total_output_tokens"] == 6
+    assert any("fewer tokens than requested" in r for r in m["invalid_reasons"])
+
+
+def test_empty_text_chunks_are_attributed_to_the_next_chunk(serve):
+    server = serve(hold_back_every=3)
+    samples, m = run_and_summarize(server, build_prompt_token_ids(2, 8, seed=7), 9, 1)
+    for s in samples:
+        assert s.chunk_tokens == [1, 1, 2, 1, 2, 1, 1]
+        assert s.streamed_tokens == s.output_tokens == 9
+    assert m["valid"], m["invalid_reasons"]
+
+
+def test_http_errors_become_failed_samples_in_prompt_order(serve):
+    server = serve(fail_if=lambda prompt: prompt[0] % 3 == 0)
+    prompts = [[100 + i] * 4 for i in range(9)]
+    samples, m = run_and_summarize(server, prompts, 4, 3)
+    assert [s.ok for s in samples] == [(100 + i) % 3 != 0 for i in range(9)]
+    failed = [s for s in samples if not s.ok]
+    assert all(s.error.startswith("HTTP 500: simulated crash: x") for s in failed)
+    assert all(len(s.error) == len("HTTP 500: ") + 200 for s in failed)
+    assert m["failed"] == 3 and m["completed"] == 6
+    assert not m["valid"]
+    assert any("3 of 9 requests failed" in r for r in m["invalid_reasons"])
+    assert m["errors"] == [failed[0].error]
+
+
+def test_error_event_mid_stream_fails_the_request(serve):
+    server = serve(error_after=2)
+    samples, m = run_and_summarize(server, build_prompt_token_ids(2, 8, seed=8), 6, 1)
+    assert all(not s.ok and "engine died" in s.error for s in samples)
+    assert not m["valid"]
+
+
+def test_timeout_fails_the_request_without_raising(serve):
+    server = serve(token_delay_s=0.5)
+    samples, _, _ = run_level(server.base_url, MODEL, [[200] * 4, [201] * 4], 4, 2, timeout_s=0.3)
+    assert [s.error for s in samples] == ["timeout after 0.3 s"] * 2
+
+
+def test_unreachable_server_gives_failed_samples():
+    samples, _, _ = run_level(closed_port_url(), MODEL, [[200] * 4], 4, 1, timeout_s=5)
+    [s] = samples
+    assert not s.ok and "Connect" in s.error
+
+
+def test_session_capped_below_concurrency_is_refused(serve):
+    server = serve()
+
+    async def run_with_capped_session():
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=2)) as session:
+            await run_closed_loop(server.base_url, MODEL, [[200]] * 8, 2, 4, session=session)
+
+    with pytest.raises(ValueError, match="2 connections"):
+        asyncio.run(run_with_capped_session())
+
+
+def test_complete_returns_greedy_text_and_usage(serve):
+    server = serve(token_delay_s=0.001)
+    result = complete(server.base_url, MODEL, "Hello", 3, 5.0)
+    assert result.text == "é é é "
+    assert result.completion_tokens == 3
+    assert result.raw["choices"][0]["finish_reason"] == "length"
+    assert server.state.payloads[0] == {
+        "model": MODEL, "prompt": "Hello", "max_tokens": 3, "temperature": 0,
+    }
+
+
+def test_complete_once_in_a_running_loop(serve):
+    server = serve(token_delay_s=0.001)
+    result = asyncio.run(complete_once(server.base_url, MODEL, [300, 301], 1, 5.0))
+    assert result.completion_tokens == 1
+
+
+def test_complete_raises_on_http_error(serve):
+    server = serve(fail_if=lambda prompt: True)
+    with pytest.raises(LoadgenError) as info:
+        complete(server.base_url, MODEL, "Hello", 1, 5.0)
+    assert info.value.status == 500
+    assert "simulated crash" in info.value.body and "HTTP 500" in str(info.value)
+
+
+def test_complete_raises_on_bad_json(serve):
+    server = serve(bad_json=True)
+    with pytest.raises(LoadgenError, match="not json") as info:
+        complete(server.base_url, MODEL, "Hello", 1, 5.0)
+    assert info.value.status == 200
+
+
+def test_complete_raises_when_unreachable():
+    with pytest.raises(LoadgenError) as info:
+        complete(closed_port_url(), MODEL, "Hello", 1, 5.0)
+    assert info.value.status is None

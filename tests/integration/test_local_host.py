@@ -1,0 +1,125 @@
+"""The local transport against real processes: detached groups, ownership, group stop."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sweeper.config import HostSpec
+from sweeper.hosts.local import LocalHost
+from sweeper.hosts.procfs import live_group_members
+
+# A "server" that forks two children which ignore SIGTERM, like schedulers that outlive their parent.
+STUBBORN = r"""
+import os, signal, subprocess, sys, time
+child = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: time.sleep(1)"
+kids = [subprocess.Popen([sys.executable, "-c", child]) for _ in range(2)]
+print("server up", flush=True)
+while True:
+    time.sleep(0.1)
+"""
+
+
+@pytest.fixture
+def host():
+    h = LocalHost("local", HostSpec(transport="local"))
+    yield h
+    h.close()
+
+
+def start(host, tmp_path, code=STUBBORN, token="tok-1"):
+    return host.start_detached([sys.executable, "-c", code], {"EXTRA": "1"}, str(tmp_path),
+                               str(tmp_path / "server.log"), token)
+
+
+def wait_for(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
+
+
+def test_detached_start_records_group_and_log(host, tmp_path):
+    proc = start(host, tmp_path)
+    try:
+        assert proc.pgid == proc.pid != os.getpgid(0)  # its own session, not ours
+        assert proc.start_ticks > 0
+        wait_for(lambda: "server up" in host.read_log(proc, 0)[0])
+        wait_for(lambda: len(host.owned_members(proc)) == 3)
+        assert host.is_alive(proc)
+        text, offset = host.read_log(proc, 0)
+        assert host.read_log(proc, offset) == ("", offset)  # incremental by offset
+    finally:
+        os.killpg(proc.pgid, signal.SIGKILL)
+
+
+def test_stop_escalates_to_sigkill_and_leaves_nothing(host, tmp_path):
+    proc = start(host, tmp_path)
+    wait_for(lambda: len(host.owned_members(proc)) == 3)
+    report = host.stop_group(proc, grace_s=0.5)
+    assert report.was_running and report.signal == "SIGKILL" and report.left_behind == ()
+    assert live_group_members(proc.pgid) == []
+    assert not host.is_alive(proc)
+
+
+def test_children_outlive_a_killed_parent_until_the_group_stop(host, tmp_path):
+    proc = start(host, tmp_path)
+    wait_for(lambda: len(host.owned_members(proc)) == 3)
+    os.kill(proc.pid, signal.SIGKILL)  # the main process dies, like a crashed API server
+    wait_for(lambda: not host.is_alive(proc))
+    assert len(host.owned_members(proc)) == 2  # orphans still hold the "GPU"
+    report = host.stop_group(proc, grace_s=0.2)
+    assert report.was_running and host.owned_members(proc) == []
+
+
+def test_graceful_stop_uses_sigterm(host, tmp_path):
+    proc = start(host, tmp_path, code="import time\nwhile True: time.sleep(0.1)")
+    wait_for(lambda: host.owned_members(proc) != [])
+    report = host.stop_group(proc, grace_s=5)
+    assert report.signal == "SIGTERM" and report.seconds < 5
+
+
+def test_foreign_process_in_the_group_is_never_signalled(host, tmp_path):
+    """Only processes carrying our token are ours, even inside our process group."""
+    code = ("import os, subprocess, sys, time\n"
+            "env = {k: v for k, v in os.environ.items() if k != 'SWEEPER_RUN_TOKEN'}\n"
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'], env=env)\n"
+            "time.sleep(30)\n")
+    proc = start(host, tmp_path, code=code)
+    wait_for(lambda: len(live_group_members(proc.pgid)) == 2)
+    report = host.stop_group(proc, grace_s=2)
+    assert len(report.skipped_foreign) == 1
+    foreign = report.skipped_foreign[0]
+    try:
+        assert os.kill(foreign, 0) is None  # still alive
+        assert host.owned_members(proc) == []
+    finally:
+        os.kill(foreign, signal.SIGKILL)
+
+
+def test_a_reused_pid_is_not_ours(host, tmp_path):
+    proc = start(host, tmp_path, code="import time; time.sleep(30)")
+    try:
+        from dataclasses import replace
+
+        impostor = replace(proc, start_ticks=proc.start_ticks + 1, token="other")
+        assert not host.is_alive(impostor)
+        assert host.owned_members(impostor) == []
+        assert host.stop_group(impostor, 0.1).was_running is False
+        assert host.is_alive(proc)
+    finally:
+        host.stop_group(proc, 1)
+
+
+def test_port_checks(host):
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        assert not host.port_is_free(port)
+    assert host.port_is_free(port)
