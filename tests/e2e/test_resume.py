@@ -1,0 +1,74 @@
+"""Interruption and resume: SIGKILL of the controller, Ctrl-C, an edited space."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pandas as pd
+import pytest
+
+from sweeper.hosts.procfs import live_group_members
+from tests.e2e.conftest import wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def server_in_load_stage(workdir, study):
+    """The process.json of a trial whose server is being loaded (samples being written)."""
+    trials = workdir / "results" / study / "trials"
+    for trial in sorted(trials.glob("*"), key=lambda p: int(p.name)) if trials.exists() else []:
+        process = trial / "process.json"
+        if process.exists() and (trial / "samples").exists() and not (trial / "outcome.json").exists():
+            return json.loads(process.read_text())
+    return None
+
+
+def test_sigkill_then_resume_leaves_nothing_and_finishes(cli):
+    controller = cli.start("sweep", "tiny.yaml", "--study", "k1")
+    try:
+        process = wait_until(lambda: server_in_load_stage(cli.workdir, "k1"), timeout=120)
+        os.killpg(controller.pid, signal.SIGKILL)  # the controller and nothing else: its own session
+        controller.wait(10)
+    finally:
+        if controller.poll() is None:
+            controller.kill()
+    orphans = live_group_members(process["pgid"])
+    assert orphans, "the simulator (and its scheduler children) outlive a SIGKILLed controller"
+
+    result = cli.run("resume", "k1")
+    assert result.returncode == 0, result.stderr
+    assert f"stopped the server of trial" in result.stdout
+    assert live_group_members(process["pgid"]) == []
+
+    cli.run("leaderboard", "k1", "--csv", "k1.csv")
+    frame = pd.read_csv(cli.workdir / "k1.csv")
+    assert frame["trial"].is_unique
+    launched = frame[(frame["state"] == "COMPLETE") & (frame["failure_kind"].fillna("") != "constraint")
+                     & frame["duplicate_of"].isna()]
+    assert len(launched) == 5  # the budget, counted in real evaluations
+    interrupted = frame[frame["state"] == "FAIL"]
+    assert len(interrupted) == 1
+    assert int(interrupted["trial"].iloc[0]) in set(frame["retry_of"].dropna().astype(int))
+
+
+def test_ctrl_c_stops_the_server_and_prints_the_resume_command(cli):
+    controller = cli.start("sweep", "tiny.yaml", "--study", "c1")
+    process = wait_until(lambda: server_in_load_stage(cli.workdir, "c1"), timeout=120)
+    os.kill(controller.pid, signal.SIGINT)
+    stdout, stderr = controller.communicate(timeout=60)
+    assert controller.returncode == 130, stderr
+    assert "sweeper resume c1" in stderr
+    assert live_group_members(process["pgid"]) == []
+    result = cli.run("resume", "c1")
+    assert result.returncode == 0, result.stderr
+
+
+def test_resume_refuses_an_edited_space(cli):
+    assert cli.run("sweep", "tiny.yaml", "--study", "e1", "--trials", "1").returncode == 0
+    space = cli.workdir / "tiny.yaml"
+    space.write_text(space.read_text().replace("choices: [LL, Simple]", "choices: [LL, LL128, Simple]"))
+    result = cli.run("resume", "e1", "--trials", "2")
+    assert result.returncode == 2
+    assert "parameters.nccl_proto.choices" in result.stderr and "new study version" in result.stderr

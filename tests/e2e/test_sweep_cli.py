@@ -1,0 +1,81 @@
+"""The CLI as a user runs it, against real simulator processes."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from sweeper.hosts.procfs import live_group_members
+
+pytestmark = pytest.mark.slow
+
+
+def test_sweep_records_every_trial_and_exports_csv(cli):
+    result = cli.run("sweep", "tiny.yaml", "--study", "s1")
+    assert result.returncode == 0, result.stderr
+    assert "s1: top" in result.stdout
+
+    out = cli.run("leaderboard", "s1", "--csv", "out.csv")
+    assert out.returncode == 0, out.stderr
+    frame = pd.read_csv(cli.workdir / "out.csv")
+    assert frame["trial"].is_unique
+    assert len(frame) == len(list((cli.workdir / "results/s1/trials").iterdir())) + \
+        int((frame["failure_kind"] == "constraint").sum()) + int(frame["duplicate_of"].notna().sum())
+    kinds = dict(zip(frame["param_moe_runner_backend"] + "/" + frame["param_moe_a2a_backend"]
+                     + "/" + frame["param_ep_size"].astype(str) + "/" + frame["param_tp_size"].astype(str),
+                     frame["failure_kind"].fillna("")))
+    assert kinds["triton/none/8/8"] == "garbage_output"
+    assert kinds["marlin/deepep/8/8"] == "unsupported"
+    assert kinds["marlin/none/8/4"] == "constraint"
+    assert kinds["marlin/none/1/8"] == ""
+    feasible = frame[frame["feasible"]]
+    assert len(feasible) >= 1 and feasible["objective"].notna().all()
+    assert (frame.loc[~frame["feasible"], "objective"].isna()).all()  # a failure never scores
+    for column in ("c1_output_tok_s", "c4_ttft_p50_ms", "c4_ttft_p99_ms", "c4_itl_p50_ms", "c4_itl_p99_ms"):
+        assert column in frame.columns
+    best = feasible.iloc[0]
+    assert 1 < best["c4_output_tok_s"] < 200  # modelled tok/s: the case study's order of magnitude
+
+    # per-trial artifacts of the baseline (trial 0)
+    trial0 = cli.workdir / "results/s1/trials/0"
+    for name in ("command.sh", "env.json", "argv.json", "server.log", "process.json", "outcome.json",
+                 "samples/c4.json", "stop.json"):
+        assert (trial0 / name).is_file(), name
+    assert "The server is fired up and ready to roll!" in (trial0 / "server.log").read_text()
+    process = json.loads((trial0 / "process.json").read_text())
+    assert live_group_members(process["pgid"]) == []
+
+    show = cli.run("show", "s1")
+    assert show.returncode == 0 and "best: trial" in show.stdout and "COMPLETE" in show.stdout
+
+
+def test_bad_input_is_one_line_and_launches_nothing(cli):
+    (cli.workdir / "bad.yaml").write_text((cli.workdir / "tiny.yaml").read_text().replace(
+        "budget: {trials: 5}", "budget: {trials: 5, hours: 2}"))
+    cases = {
+        ("sweep", "bad.yaml"): "bad.yaml:40: budget.hours: unknown key",
+        ("sweep", "missing.yaml"): "missing.yaml: <top>: file not found",
+        ("sweep", "tiny.yaml", "--host", "gpu-box"): "hosts.yaml: hosts.gpu-box: no such host (known: local)",
+        ("resume", "nosuch"): "no study 'nosuch'",
+    }
+    for args, message in cases.items():
+        result = cli.run(*args)
+        assert result.returncode == 2, args
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and message in lines[0], (args, result.stderr)
+        assert "Traceback" not in result.stderr
+    assert not (cli.workdir / "results").exists() or not any((cli.workdir / "results").rglob("server.log"))
+
+
+def test_existing_study_name_is_refused(cli):
+    assert cli.run("sweep", "tiny.yaml", "--study", "s2", "--trials", "1").returncode == 0
+    again = cli.run("sweep", "tiny.yaml", "--study", "s2")
+    assert again.returncode == 2 and "already exists" in again.stderr and "sweeper resume s2" in again.stderr
+
+
+def test_sim_best_reports_the_models_optimum(cli):
+    result = cli.run("sim", "best", "demo-sim.yaml")
+    assert result.returncode == 0, result.stderr
+    assert "modelled output_throughput at C=16" in result.stdout

@@ -1,0 +1,92 @@
+"""wait_ready against real processes and real HTTP servers: verdicts and how fast they come."""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+
+import pytest
+
+from sweeper.config import HostSpec, Launch
+from sweeper.engines.sglang import SGLANG_INFO
+from sweeper.hosts.local import LocalHost
+from sweeper.trial import Crashed, Ready, TimedOut, wait_ready
+
+FAST = Launch(ready_timeout_s=20, stall_timeout_s=3, stop_grace_s=1, poll_interval_s=0.2)
+
+
+@pytest.fixture
+def host():
+    h = LocalHost("local", HostSpec(transport="local"))
+    yield h
+    h.close()
+
+
+def launch(host, tmp_path, code):
+    return host.start_detached([sys.executable, "-c", code], {}, str(tmp_path),
+                               str(tmp_path / "server.log"), uuid.uuid4().hex)
+
+
+def free_port(host):
+    return next(p for p in range(33000, 34000) if host.port_is_free(p))
+
+
+def test_a_silent_exit_is_noticed_within_two_seconds(host, tmp_path):
+    proc = launch(host, tmp_path, "import time; print('Load weight begin', flush=True); time.sleep(1.0)")
+    exited_by = time.monotonic() + 1.0
+    verdict = wait_ready(host, proc, SGLANG_INFO, f"http://127.0.0.1:{free_port(host)}", "m", FAST)
+    assert isinstance(verdict, Crashed) and verdict.kind == "crash"
+    assert time.monotonic() - exited_by < 2.0
+    assert "Load weight begin" in verdict.log_tail
+
+
+def test_a_failure_line_is_noticed_while_the_process_lingers(host, tmp_path):
+    code = ("import time\nprint('Capture cuda graph begin', flush=True)\n"
+            "print('[TP0] Capture cuda graph failed: CUDA error', flush=True)\ntime.sleep(30)")
+    proc = launch(host, tmp_path, code)
+    started = time.monotonic()
+    verdict = wait_ready(host, proc, SGLANG_INFO, f"http://127.0.0.1:{free_port(host)}", "m", FAST)
+    assert isinstance(verdict, Crashed) and verdict.kind == "cuda_graph_capture"
+    assert time.monotonic() - started < 2.0
+    host.stop_group(proc, 1)
+
+
+def test_a_stalled_start_is_a_hang_not_a_full_timeout(host, tmp_path):
+    proc = launch(host, tmp_path, "import time; print('Init torch distributed begin.', flush=True); time.sleep(60)")
+    started = time.monotonic()
+    verdict = wait_ready(host, proc, SGLANG_INFO, f"http://127.0.0.1:{free_port(host)}", "m", FAST)
+    assert isinstance(verdict, TimedOut) and verdict.kind == "hang"
+    assert FAST.stall_timeout_s <= time.monotonic() - started < FAST.stall_timeout_s + 2
+    host.stop_group(proc, 1)
+
+
+def test_a_slow_start_with_progress_lines_is_not_a_hang(host, tmp_path):
+    code = ("import time\nfor i in range(100):\n    print(f'Loading safetensors checkpoint shards: {i}%', flush=True)\n"
+            "    time.sleep(0.5)\n")
+    proc = launch(host, tmp_path, code)
+    slow = Launch(ready_timeout_s=6, stall_timeout_s=2, stop_grace_s=1, poll_interval_s=0.2)
+    verdict = wait_ready(host, proc, SGLANG_INFO, f"http://127.0.0.1:{free_port(host)}", "m", slow)
+    assert isinstance(verdict, TimedOut) and verdict.kind == "timeout"
+    host.stop_group(proc, 1)
+
+
+def test_health_200_is_not_enough_a_generation_must_succeed(host, tmp_path):
+    """A server whose /health_generate says 200 but whose completions fail never becomes Ready."""
+    port = free_port(host)
+    code = f"""
+import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b'ok')
+    def do_POST(self):
+        self.send_response(500); self.end_headers(); self.wfile.write(b'scheduler hung')
+    def log_message(self, *a): pass
+print('Uvicorn running', flush=True)
+http.server.HTTPServer(('127.0.0.1', {port}), H).serve_forever()
+"""
+    proc = launch(host, tmp_path, code)
+    short = Launch(ready_timeout_s=3, stall_timeout_s=10, stop_grace_s=1, poll_interval_s=0.2)
+    verdict = wait_ready(host, proc, SGLANG_INFO, f"http://127.0.0.1:{port}", "m", short)
+    assert isinstance(verdict, TimedOut) and verdict.kind == "timeout"
+    host.stop_group(proc, 1)
