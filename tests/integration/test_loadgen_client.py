@@ -156,7 +156,7 @@ def run_and_summarize(server, prompts, output_len, concurrency, **kwargs):
 
 @pytest.mark.parametrize("concurrency", [1, 4, 16])
 def test_closed_loop_keeps_exactly_c_in_flight(serve, concurrency):
-    server = serve(token_delay_s=0.01)
+    server = serve(token_delay_s=0.02)  # long enough that client overhead cannot lower concurrency
     prompts = build_prompt_token_ids(3 * concurrency, 16, seed=0)
     samples, summary = run_and_summarize(server, prompts, 8, concurrency)
     assert server.state.max_inflight == concurrency
