@@ -1,0 +1,1 @@
+"""Load generator: seeded prompts (workload), streaming client (client), statistics (metrics)."""

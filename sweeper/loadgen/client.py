@@ -1,4 +1,4 @@
-"""Async HTTP client for OpenAI-style /v1/completions: closed-loop streaming load and one-shot calls.
+"""Async client for OpenAI-style /v1/completions: closed-loop streaming load, one-shot calls.
 
 Timing follows SGLang bench_serving: a request starts when it is sent, its TTFT ends at the first
 chunk carrying non-empty text, and every later non-empty chunk is one inter-token step.
@@ -21,7 +21,7 @@ ERROR_BODY_CHARS = 200
 
 
 class LoadgenError(Exception):
-    """A completion call that did not produce a usable answer; status is None when no HTTP reply came."""
+    """A completion call that gave no usable answer; status is None when no HTTP reply came."""
 
     def __init__(self, message: str, status: int | None = None, body: str = "") -> None:
         super().__init__(message)
@@ -71,7 +71,7 @@ class _StreamTally:
     _cumulative: int = 0  # last per-chunk cumulative completion_tokens seen
 
     def add(self, event: dict, now: float) -> None:
-        if "error" in event or event.get("object") == "error":
+        if event.get("error") or event.get("object") == "error":
             detail = json.dumps(event.get("error", event))
             self.error = f"error in stream: {detail[:ERROR_BODY_CHARS]}"
             return
@@ -135,7 +135,9 @@ def new_session() -> aiohttp.ClientSession:
 def _connection_cap(session: aiohttp.ClientSession) -> int | None:
     """The most connections the session may open to one host; None when unbounded."""
     connector = session.connector
-    caps = [c for c in (getattr(connector, "limit", 0), getattr(connector, "limit_per_host", 0)) if c]
+    if connector is None:
+        return None
+    caps = [cap for cap in (connector.limit, connector.limit_per_host) if cap]  # 0 means no cap
     return min(caps) if caps else None
 
 
@@ -158,7 +160,9 @@ async def run_closed_loop(
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     if session is not None and (cap := _connection_cap(session)) is not None and cap < concurrency:
-        raise ValueError(f"session connector allows {cap} connections, below concurrency {concurrency}")
+        raise ValueError(
+            f"session connector allows {cap} connections, below concurrency {concurrency}"
+        )
     url = build_completions_url(base_url)
     samples: list[RequestSample | None] = [None] * len(prompts)
     queue = iter(enumerate(prompts))  # shared by the workers: each takes the next prompt when free
@@ -196,8 +200,13 @@ def run_level(
     """Blocking run_closed_loop for callers without an event loop (it makes its own session)."""
     return asyncio.run(
         run_closed_loop(
-            base_url, model, prompts, output_len, concurrency,
-            timeout_s=timeout_s, extra_body=extra_body,
+            base_url,
+            model,
+            prompts,
+            output_len,
+            concurrency,
+            timeout_s=timeout_s,
+            extra_body=extra_body,
         )
     )
 
@@ -214,7 +223,7 @@ async def _send_streaming(
     start = time.perf_counter()
     try:
         error = await _read_stream(session, url, payload, timeout_s, tally)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         error = f"timeout after {timeout_s:g} s"
     except Exception as exc:  # a bad server must cost one sample, never the whole level
         error = f"{type(exc).__name__}: {exc}"[:ERROR_BODY_CHARS]
@@ -272,7 +281,9 @@ async def complete_once(
 ) -> CompletionResult:
     """One greedy, non-streamed completion; raises LoadgenError unless it returns usable JSON."""
     url = build_completions_url(base_url)
-    payload = build_completion_payload(model, prompt, max_tokens, stream=False, extra_body=extra_body)
+    payload = build_completion_payload(
+        model, prompt, max_tokens, stream=False, extra_body=extra_body
+    )
     client = session or new_session()
     try:
         async with client.post(
@@ -280,7 +291,7 @@ async def complete_once(
         ) as response:
             body = await response.text(errors="replace")
             status = response.status
-    except asyncio.TimeoutError as exc:
+    except TimeoutError as exc:
         raise LoadgenError(f"no reply from {url} within {timeout_s:g} s") from exc
     except aiohttp.ClientError as exc:
         raise LoadgenError(f"request to {url} failed: {type(exc).__name__}: {exc}") from exc

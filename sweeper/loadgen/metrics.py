@@ -44,7 +44,7 @@ def inter_token_latencies_s(sample: RequestSample) -> list[float]:
 
 
 def time_per_output_token_s(sample: RequestSample) -> float | None:
-    """(latency - TTFT) / (output tokens - 1); None for a request with fewer than 2 output tokens."""
+    """(latency - TTFT) / (output tokens - 1); None with fewer than 2 output tokens."""
     if sample.output_tokens <= 1 or not math.isfinite(sample.ttft):
         return None
     return (sample.latency - sample.ttft) / (sample.output_tokens - 1)
@@ -74,7 +74,9 @@ def invalid_reasons(
     reasons = []
     failed = len(samples) - len(completed)
     if failed:
-        reasons.append(f"{failed} of {len(samples)} requests failed: {distinct_errors(samples, 1)[0]}")
+        reasons.append(
+            f"{failed} of {len(samples)} requests failed: {distinct_errors(samples, 1)[0]}"
+        )
     mismatched = [s for s in completed if s.usage_reported and s.output_tokens != s.streamed_tokens]
     if mismatched:
         s = mismatched[0]
@@ -82,7 +84,9 @@ def invalid_reasons(
             f"{len(mismatched)} requests: server usage count disagrees with streamed tokens "
             f"(e.g. usage {s.output_tokens}, streamed {s.streamed_tokens})"
         )
-    short = [s for s in completed if s.output_tokens < _expected_output_len(s, requested_output_len)]
+    short = [
+        s for s in completed if s.output_tokens < _expected_output_len(s, requested_output_len)
+    ]
     if short:
         s = short[0]
         reasons.append(

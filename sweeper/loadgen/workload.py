@@ -29,7 +29,7 @@ def build_prompt_token_ids(
         raise ValueError(
             f"cannot build {n_requests} distinct prompts of {input_len} ids from {span} ids"
         )
-    # The raw PCG64 stream is stable across numpy releases; Generator.integers is not promised to be.
+    # The raw PCG64 stream is stable across numpy releases; Generator.integers is not promised.
     # The modulo bias over a 2**64 range is negligible.
     bits = np.random.PCG64(seed)
     seen: set[tuple[int, ...]] = set()

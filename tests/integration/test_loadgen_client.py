@@ -6,8 +6,8 @@ import asyncio
 import json
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import aiohttp
 import pytest
@@ -150,15 +150,19 @@ def closed_port_url() -> str:
 
 
 def run_and_summarize(server, prompts, output_len, concurrency, **kwargs):
-    samples, start, end = run_level(server.base_url, MODEL, prompts, output_len, concurrency, **kwargs)
-    return samples, summarize_level(samples, concurrency, end - start, requested_output_len=output_len)
+    samples, start, end = run_level(
+        server.base_url, MODEL, prompts, output_len, concurrency, **kwargs
+    )
+    return samples, summarize_level(
+        samples, concurrency, end - start, requested_output_len=output_len
+    )
 
 
 @pytest.mark.parametrize("concurrency", [1, 4, 16])
 def test_closed_loop_keeps_exactly_c_in_flight(serve, concurrency):
     server = serve(token_delay_s=0.02)  # long enough that client overhead cannot lower concurrency
-    prompts = build_prompt_token_ids(3 * concurrency, 16, seed=0)
-    samples, summary = run_and_summarize(server, prompts, 8, concurrency)
+    prompts = build_prompt_token_ids(2 * concurrency, 16, seed=0)
+    samples, summary = run_and_summarize(server, prompts, 16, concurrency)
     assert server.state.max_inflight == concurrency
     assert len(samples) == len(prompts) and all(s.ok for s in samples)
     assert summary["valid"], summary["invalid_reasons"]
@@ -296,7 +300,10 @@ def test_complete_returns_greedy_text_and_usage(serve):
     assert result.completion_tokens == 3
     assert result.raw["choices"][0]["finish_reason"] == "length"
     assert server.state.payloads[0] == {
-        "model": MODEL, "prompt": "Hello", "max_tokens": 3, "temperature": 0,
+        "model": MODEL,
+        "prompt": "Hello",
+        "max_tokens": 3,
+        "temperature": 0,
     }
 
 

@@ -45,8 +45,17 @@ def make_sample(
 
 def make_failure(error="HTTP 500: boom", start=0.0, end=0.1):
     return RequestSample(
-        ok=False, error=error, start=start, ttft=math.nan, chunk_times=[], chunk_tokens=[],
-        end=end, prompt_tokens=10, output_tokens=0, streamed_tokens=0, usage_reported=False,
+        ok=False,
+        error=error,
+        start=start,
+        ttft=math.nan,
+        chunk_times=[],
+        chunk_tokens=[],
+        end=end,
+        prompt_tokens=10,
+        output_tokens=0,
+        streamed_tokens=0,
+        usage_reported=False,
         requested_output_tokens=5,
     )
 
@@ -204,7 +213,9 @@ def test_empty_input_gives_nan_stats_and_invalid():
 
 
 def test_all_failed_gives_nan_latencies_and_zero_throughput():
-    m = summarize_level([make_failure(), make_failure("timeout after 1 s")], concurrency=2, duration_s=2.0)
+    m = summarize_level(
+        [make_failure(), make_failure("timeout after 1 s")], concurrency=2, duration_s=2.0
+    )
     assert m["completed"] == 0 and m["failed"] == 2
     assert m["output_throughput"] == 0.0
     assert m["concurrency"] == 0.0
