@@ -222,7 +222,7 @@ def _capture(cfg: SimConfig) -> SimFailure | None:
                    "raise Exception("))
         error = ("Exception: Capture cuda graph failed: CUDA error: operation not permitted when "
                  "stream is capturing (flashinfer all-to-all dispatch)\n" + _CAPTURE_HINT)
-        return SimFailure("cuda_graph_capture", "capture", _scheduler_crash(frames, error), at_fraction=0.0)
+        return SimFailure("cuda_graph_capture", "capture", _scheduler_crash(frames, error), at_fraction=0.05)
     return None
 
 

@@ -29,14 +29,17 @@ moe backend factor) (chunk = chunked_prefill_size, default 8192; -1 = one pass).
 
 Step time (ms) by decode batch b:
 
-    b            1      2      4      8     16
-    BASELINE   94.0  123.5  178.8  292.5  700.0
-    OPTIMUM    95.7  121.1  168.5  267.2  605.3
+    b              1      2      4      8     16
+    BASELINE    94.0  137.0  221.7  386.4  700.0
+    OPTIMUM     95.8  130.8  200.4  337.5  605.1
 
-OPTIMUM = tp=8, ep=8, flashinfer_mxfp4 (or auto), a2a none, triton, graphs on, NCCL_PROTO=LL,
-NCCL_ALGO=Ring. EP loses ~2% at b=1 (dispatch) and wins ~15% at b=16. Closed-loop output
-throughput at C=16, input 128, output 32: BASELINE 23.0 tok/s, OPTIMUM 26.5 tok/s, i.e. ~38x
-short of the 1,000 tok/s target. At C=1: BASELINE 10.7 tok/s.
+    closed-loop output tok/s, input 128, output 32, at C = 1, 2, 4, 8, 16:
+    BASELINE    10.72  14.71  18.18  20.85  23.01
+    OPTIMUM     10.52  15.39  20.07  23.81  26.53
+
+OPTIMUM (best at C=16) = tp=8, ep=8, flashinfer_mxfp4 (or auto), a2a none, triton, graphs on,
+NCCL_PROTO=LL, NCCL_ALGO=Ring: ~38x short of the 1,000 tok/s target. EP costs ~2% at b=1
+(dispatch) and wins ~15% at b=16, so at C=1 ep=1 is (slightly) better.
 
 Throughput model (what the simulated server's scheduler does, see scheduler.py): a closed loop
 of C same-length requests runs in lockstep rounds of b = min(C, max_running_requests) requests:
