@@ -30,8 +30,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Find the fastest safe server configuration by measuring it.")
 sim_app = typer.Typer(no_args_is_help=True, help="The embedded simulator.")
 app.add_typer(sim_app, name="sim")
-console = Console()
-err = Console(stderr=True)
+# Piped output gets a wide page rather than rich's 80 columns, so tables stay readable in logs.
+console = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 RESULTS_OPT = typer.Option(Path("results"), "--results", help="Folder holding one folder per study.")
 STORAGE_OPT = typer.Option(None, "--storage", help="Any Optuna storage URL (default: SQLite in the study folder).")
@@ -80,7 +81,8 @@ class RichEvents:
 
     def trial_started(self, number, evaluation, budget, config):
         self.number, self.evaluation, self.budget = number, evaluation, budget
-        self.live.console.print(f"trial {number}: {config}", highlight=False)
+        settings = " ".join(f"{k}={v}" for k, v in config.items())
+        self.live.console.print(f"trial {number}: {settings}", highlight=False)
         self.live.update(self.render())
 
     def stage(self, number, stage):

@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -19,7 +20,7 @@ from sweeper.engines import get_engine
 from sweeper.errors import InfraError, UserError
 from sweeper.hosts import Host, ServerProcess
 from sweeper.hosts.procfs import read_stat
-from sweeper.record import CONSTRAINT_KEYS, constraint_values, objective_value, outcome_attrs
+from sweeper.record import constraint_values, objective_value, outcome_attrs
 from sweeper.results.leaderboard import best_trial
 from sweeper.redact import redact_url
 from sweeper.space import config_key, count_configs, parameter_values, suggest_config
@@ -49,8 +50,10 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
     elif url.startswith("postgresql"):
         engine_kwargs = {"pool_pre_ping": True}
     try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=30,
-                                          grace_period=600)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=30,
+                                              grace_period=600)
     except Exception as exc:  # sqlalchemy raises many kinds; all mean "cannot open this storage"
         raise UserError(f"cannot open storage {redact_url(url)}: {exc}") from None
 
@@ -222,8 +225,6 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents) -> Call
         key = config_key(config)
         trial.set_user_attr("config_key", key)
         trial.set_user_attr("host", handle.host_name)
-        for name in CONSTRAINT_KEYS:
-            trial.set_constraint(name, 0.0)  # feasible until shown otherwise
         if duplicate := find_duplicate(study, key, trial.number):
             return _copy_duplicate(trial, duplicate)
         events.trial_started(trial.number, evaluations(study) + 1, handle.budget, config)

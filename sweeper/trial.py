@@ -139,13 +139,14 @@ class LogWatch:
         return "\n".join(self.text.splitlines()[-lines:])
 
 
-def wait_ready(host: Host, proc: ServerProcess, info: EngineInfo, base_url: str, model: str,
+def wait_ready(host: Host, proc: ServerProcess, info: EngineInfo, port: int, model: str,
                launch_cfg: Launch) -> Ready | Crashed | TimedOut:
     """Poll until a real generation succeeds, the server dies or shows a failure line, it stalls,
     or the deadline passes. Liveness and the log are checked on every poll."""
     started = time.monotonic()
     deadline = started + launch_cfg.ready_timeout_s
     watch = LogWatch(host, proc)
+    base_url = host.base_url(port)
     while True:
         watch.poll()
         if signature := classify_log(watch.text, info.signatures):
@@ -156,6 +157,10 @@ def wait_ready(host: Host, proc: ServerProcess, info: EngineInfo, base_url: str,
             kind = signature.kind if signature else "crash"
             return Crashed(kind, "server exited during start-up", watch.tail())
         health = _get_status(base_url + info.readiness.health_path)
+        if health is not None and not host.listens_on(proc, port):
+            # Something else holds the port: never measure a server that is not ours.
+            return Crashed("port_busy", f"port {port} is answered by a process that is not this server",
+                           watch.tail())
         if health == 200:
             try:
                 complete(base_url, model, "Hello", max_tokens=1, timeout_s=30.0)
@@ -244,7 +249,7 @@ def run_trial(ctx: TrialContext, config: Mapping[str, Any]) -> TrialOutcome:
         outcome.launched = True
         ctx.on_started(proc)
     try:
-        _serve_and_measure(ctx, outcome, timer, proc, ctx.host.base_url(port))
+        _serve_and_measure(ctx, outcome, timer, proc, port)
     finally:
         with timer("stop"):
             report = stop(ctx.host, proc, port, space.launch.stop_grace_s)
@@ -255,10 +260,11 @@ def run_trial(ctx: TrialContext, config: Mapping[str, Any]) -> TrialOutcome:
 
 
 def _serve_and_measure(ctx: TrialContext, outcome: TrialOutcome, timer: Callable,
-                       proc: ServerProcess, base_url: str) -> None:
+                       proc: ServerProcess, port: int) -> None:
     space = ctx.space
+    base_url = ctx.host.base_url(port)
     with timer("wait_ready"):
-        verdict = wait_ready(ctx.host, proc, ctx.engine.info, base_url, space.model, space.launch)
+        verdict = wait_ready(ctx.host, proc, ctx.engine.info, port, space.model, space.launch)
     if not isinstance(verdict, Ready):
         outcome.failure = Failure("wait_ready", verdict.kind, verdict.message, verdict.log_tail)
         return

@@ -22,6 +22,7 @@ SGLANG_SIGNATURES = (
     Signature("NCCL error", "nccl"),
     Signature("NCCL WARN", "nccl"),
     Signature("Port is already in use", "port_busy"),
+    Signature("address already in use", "port_busy"),  # uvicorn's bind error
     Signature("is only supported on", "unsupported"),
     Signature("Scheduler hit an exception", "child_crash"),
     Signature("Received sigquit from a child process", "child_crash"),

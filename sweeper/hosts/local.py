@@ -13,7 +13,9 @@ from typing import Mapping, Sequence
 
 from sweeper.config import HostSpec
 from sweeper.hosts.base import TOKEN_VAR, ServerProcess, StopReport
-from sweeper.hosts.procfs import environ_has, live_group_members, read_environ, read_stat
+from sweeper.hosts.procfs import (
+    environ_has, listening_inodes, live_group_members, read_environ, read_stat, socket_inodes_of,
+)
 
 
 class LocalHost:
@@ -110,6 +112,12 @@ class LocalHost:
             except OSError:
                 return False
         return True
+
+    def listens_on(self, proc: ServerProcess, port: int) -> bool:
+        """Whether the socket listening on `port` belongs to this server (not to a process that
+        took the port between our check and the server's bind)."""
+        wanted = listening_inodes(port)
+        return any(wanted & socket_inodes_of(pid) for pid in self.owned_members(proc))
 
     def base_url(self, port: int) -> str:
         return f"http://127.0.0.1:{port}"

@@ -3,6 +3,7 @@ separated from the reads so the same rules apply to a remote host's /proc later.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,3 +50,38 @@ def live_group_members(pgid: int, proc: Path = Path("/proc")) -> list[ProcStat]:
             if stat.pgid == pgid and stat.state not in ("Z", "X"):
                 members.append(stat)
     return members
+
+
+def parse_listening_inodes(proc_net_tcp: str, port: int) -> set[int]:
+    """Socket inodes listening on `port`, from the text of /proc/net/tcp or tcp6."""
+    inodes = set()
+    for line in proc_net_tcp.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+            inodes.add(int(fields[9]))
+    return inodes
+
+
+def listening_inodes(port: int, proc: Path = Path("/proc")) -> set[int]:
+    inodes: set[int] = set()
+    for name in ("tcp", "tcp6"):
+        try:
+            inodes |= parse_listening_inodes((proc / "net" / name).read_text(), port)
+        except FileNotFoundError:
+            pass
+    return inodes
+
+
+def socket_inodes_of(pid: int, proc: Path = Path("/proc")) -> set[int]:
+    inodes = set()
+    try:
+        for fd in (proc / str(pid) / "fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(int(target[8:-1]))
+    except (FileNotFoundError, PermissionError):
+        pass
+    return inodes

@@ -15,7 +15,7 @@ from sweeper.errors import UserError
 from sweeper.sim.config import SimConfig, sim_config_from
 from sweeper.sim.failures import failure_of
 from sweeper.sim.perf import modelled_level_metrics
-from sweeper.sim.server import parse_args
+from sweeper.sim.args import build_arg_parser
 from sweeper.space import enumerate_configs, violated_constraints
 
 _MODELLED = {
@@ -34,9 +34,12 @@ class SimOptimum:
     total: int
 
 
+_PARSER = build_arg_parser()  # built once: enumerating a space parses tens of thousands of argvs
+
+
 def sim_config_of(space: Space, config: dict[str, Any]) -> SimConfig:
     spec = get_engine("sim").build_launch_spec(space, config, HostSpec(transport="local"), 30000, "python")
-    return sim_config_from(parse_args(list(spec.argv[3:])), spec.env)
+    return sim_config_from(_PARSER.parse_args(list(spec.argv[3:])), spec.env)
 
 
 def modelled_objective(space: Space, config: dict[str, Any]) -> float | None:

@@ -35,7 +35,7 @@ def free_port(host):
 def test_a_silent_exit_is_noticed_within_two_seconds(host, tmp_path):
     proc = launch(host, tmp_path, "import time; print('Load weight begin', flush=True); time.sleep(1.0)")
     exited_by = time.monotonic() + 1.0
-    verdict = wait_ready(host, proc, SGLANG_INFO, f"http://127.0.0.1:{free_port(host)}", "m", FAST)
+    verdict = wait_ready(host, proc, SGLANG_INFO, free_port(host), "m", FAST)
     assert isinstance(verdict, Crashed) and verdict.kind == "crash"
     assert time.monotonic() - exited_by < 2.0
     assert "Load weight begin" in verdict.log_tail
@@ -46,7 +46,7 @@ def test_a_failure_line_is_noticed_while_the_process_lingers(host, tmp_path):
             "print('[TP0] Capture cuda graph failed: CUDA error', flush=True)\ntime.sleep(30)")
     proc = launch(host, tmp_path, code)
     started = time.monotonic()
-    verdict = wait_ready(host, proc, SGLANG_INFO, f"http://127.0.0.1:{free_port(host)}", "m", FAST)
+    verdict = wait_ready(host, proc, SGLANG_INFO, free_port(host), "m", FAST)
     assert isinstance(verdict, Crashed) and verdict.kind == "cuda_graph_capture"
     assert time.monotonic() - started < 2.0
     host.stop_group(proc, 1)
@@ -55,7 +55,7 @@ def test_a_failure_line_is_noticed_while_the_process_lingers(host, tmp_path):
 def test_a_stalled_start_is_a_hang_not_a_full_timeout(host, tmp_path):
     proc = launch(host, tmp_path, "import time; print('Init torch distributed begin.', flush=True); time.sleep(60)")
     started = time.monotonic()
-    verdict = wait_ready(host, proc, SGLANG_INFO, f"http://127.0.0.1:{free_port(host)}", "m", FAST)
+    verdict = wait_ready(host, proc, SGLANG_INFO, free_port(host), "m", FAST)
     assert isinstance(verdict, TimedOut) and verdict.kind == "hang"
     assert FAST.stall_timeout_s <= time.monotonic() - started < FAST.stall_timeout_s + 2
     host.stop_group(proc, 1)
@@ -66,7 +66,7 @@ def test_a_slow_start_with_progress_lines_is_not_a_hang(host, tmp_path):
             "    time.sleep(0.5)\n")
     proc = launch(host, tmp_path, code)
     slow = Launch(ready_timeout_s=6, stall_timeout_s=2, stop_grace_s=1, poll_interval_s=0.2)
-    verdict = wait_ready(host, proc, SGLANG_INFO, f"http://127.0.0.1:{free_port(host)}", "m", slow)
+    verdict = wait_ready(host, proc, SGLANG_INFO, free_port(host), "m", slow)
     assert isinstance(verdict, TimedOut) and verdict.kind == "timeout"
     host.stop_group(proc, 1)
 
@@ -87,6 +87,31 @@ http.server.HTTPServer(('127.0.0.1', {port}), H).serve_forever()
 """
     proc = launch(host, tmp_path, code)
     short = Launch(ready_timeout_s=3, stall_timeout_s=10, stop_grace_s=1, poll_interval_s=0.2)
-    verdict = wait_ready(host, proc, SGLANG_INFO, f"http://127.0.0.1:{port}", "m", short)
+    verdict = wait_ready(host, proc, SGLANG_INFO, port, "m", short)
     assert isinstance(verdict, TimedOut) and verdict.kind == "timeout"
     host.stop_group(proc, 1)
+
+
+def test_a_port_taken_by_someone_else_is_never_measured(host, tmp_path):
+    """Between the free-port check and the bind, another server took the port: the verdict must
+    not be Ready even though the port answers 200 and generates."""
+    import http.server
+    import threading
+
+    class Healthy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    other = http.server.HTTPServer(("127.0.0.1", 0), Healthy)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        proc = launch(host, tmp_path, "import time; print('Load weight begin', flush=True); time.sleep(30)")
+        verdict = wait_ready(host, proc, SGLANG_INFO, other.server_address[1], "m", FAST)
+        assert isinstance(verdict, Crashed) and verdict.kind == "port_busy"
+        host.stop_group(proc, 1)
+    finally:
+        other.shutdown()

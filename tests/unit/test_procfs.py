@@ -26,3 +26,15 @@ def test_secrets_redacted():
         "HF_TOKEN": "***", "NCCL_PROTO": "LL", "MY_API_KEY": "***"}
     assert redact_url("postgresql+psycopg://bob:s3cret@db:5432/x") == "postgresql+psycopg://bob:***@db:5432/x"
     assert redact_url("sqlite:////tmp/x.db") == "sqlite:////tmp/x.db"
+
+
+def test_listening_inodes_from_proc_net_tcp():
+    from sweeper.hosts.procfs import parse_listening_inodes
+
+    text = (
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+        "   0: 0100007F:7A18 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 111 1\n"
+        "   1: 0100007F:7A18 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 222 1\n"
+        "   2: 0100007F:7A19 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 333 1\n"
+    )
+    assert parse_listening_inodes(text, 0x7A18) == {111}  # listening only, not the connection
