@@ -17,9 +17,9 @@ install-test: $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test]'
 
 demo: install
-	$(BIN)/sweeper sim best search_spaces/demo-sim.yaml
 	$(BIN)/sweeper sweep search_spaces/demo-sim.yaml --study $(STUDY)
 	$(BIN)/sweeper leaderboard $(STUDY) --top 10 --csv results/$(STUDY)/leaderboard.csv
+	$(BIN)/sweeper sim best search_spaces/demo-sim.yaml --study $(STUDY)
 
 test: install-test
 	$(BIN)/python -m pytest -q -p no:cacheprovider

@@ -18,7 +18,7 @@ from rich.table import Table
 from sweeper.config import HostSpec, load_host, load_space
 from sweeper.errors import UserError
 from sweeper.hosts import open_host
-from sweeper.results.leaderboard import leaderboard_frame
+from sweeper.results.leaderboard import best_trial, leaderboard_frame
 from sweeper.results.show import format_show
 from sweeper.results.table import format_leaderboard_table
 from sweeper.resume import check_space_unchanged
@@ -190,9 +190,14 @@ def show(
 
 
 @sim_app.command("best")
-def sim_best(space_file: Path = typer.Argument(..., help="Search-space YAML file (engine: sim).")) -> None:
+def sim_best(
+    space_file: Path = typer.Argument(..., help="Search-space YAML file (engine: sim)."),
+    study: Optional[str] = typer.Option(None, "--study", help="Also compare this study's best with the optimum."),
+    storage: Optional[str] = STORAGE_OPT,
+    results: Path = RESULTS_OPT,
+) -> None:
     """The simulator's exact optimum for a space, from its performance model."""
-    from sweeper.sim.best import best_config
+    from sweeper.sim.best import best_config, modelled_objective
 
     with user_errors():
         space = load_space(space_file)
@@ -205,6 +210,13 @@ def sim_best(space_file: Path = typer.Argument(..., help="Search-space YAML file
         console.print(table)
         console.print(f"modelled {space.objective.metric} at C={space.objective_level}: "
                       f"[bold]{result.value:.2f}[/]")
+        if study:
+            best = best_trial(load_study(study, results, storage))
+            if best is None:
+                raise UserError(f"study {study!r} has no feasible trial yet")
+            modelled = modelled_objective(space, best.params)
+            console.print(f"study {study}: best trial {best.number} measured {best.value:.2f}, modelled "
+                          f"{modelled:.2f} = {100 * modelled / result.value:.1f}% of the optimum")
 
 
 if __name__ == "__main__":

@@ -70,7 +70,7 @@ def choose_sampler(space: Space, budget: int, seed: int | None = None) -> optuna
     if size is not None and size <= 3 * budget:
         return optuna.samplers.BruteForceSampler(seed=seed)
     return optuna.samplers.TPESampler(multivariate=True, group=True, seed=seed,
-                                      n_startup_trials=max(4, min(10, budget // 3)),
+                                      n_startup_trials=max(3, min(10, budget // 5)),
                                       warn_independent_sampling=False)
 
 
