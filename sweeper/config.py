@@ -34,6 +34,17 @@ class HostSpec(Strict):
     python: str | None = Field(None, description="interpreter on the host; default: this one (local)")
     env: dict[str, str] = {}
     base_port: int = Field(31000, ge=1024, le=65000, description="first port tried for servers")
+    # ssh transport (sweeper/hosts/ssh.py); `address` may be a ~/.ssh/config alias
+    host_key_policy: Literal["strict", "accept-new"] = Field(
+        "strict", description="accept-new: record an unknown host key in ~/.sweeper/known_hosts")
+    forward: bool = Field(True, description="reach servers through an SSH port forward")
+    connect_timeout_s: float = Field(10.0, gt=0)
+    keepalive_s: float = Field(15.0, ge=0)
+    reconnect_timeout_s: float = Field(60.0, ge=0, description="give up reconnecting after a drop")
+    # GPU gate (sweeper/hosts/gate.py): auto = on when the host has nvidia-smi
+    gpu_gate: Literal["auto", "on", "off"] = "auto"
+    gpu_busy_mib: int = Field(1024, ge=0, description="a foreign process above this blocks a launch")
+    gpu_release_timeout_s: float = Field(120.0, gt=0)
 
     @model_validator(mode="after")
     def _ssh_needs_address(self) -> "HostSpec":

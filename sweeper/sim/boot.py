@@ -19,6 +19,7 @@ from sweeper.sim.config import SimConfig
 from sweeper.sim.failures import (
     SimFailure, cuda_graph_workspace_gb, headroom_gb, kv_cache_gb, weights_per_gpu_gb,
 )
+from sweeper.sim.gpumem import held_mib, record_gpu_memory
 from sweeper.sim.logs import SimLog, progress_bar
 from sweeper.sim.procs import spawn_scheduler_children
 
@@ -92,6 +93,8 @@ class Boot:
             raise self._crash()
 
         children.extend(spawn_scheduler_children(cfg.tp_size))
+        for rank, child in enumerate(children):  # "GPU memory" for the nvidia-smi stand-in
+            record_gpu_memory(child.pid, rank, held_mib(cfg.effective_mem_fraction))
         for rank in range(cfg.tp_size):
             self._log.info("Init torch distributed begin.", rank=rank)
         if self._fails_in("hang"):
