@@ -56,12 +56,13 @@ def main() -> None:
     parser.add_argument("space", nargs="?", default="search_spaces/demo-sim.yaml")
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--trials", type=int, default=None)
+    parser.add_argument("--first-seed", type=int, default=0)
     args = parser.parse_args()
     space = load_space(Path(args.space))
     budget = args.trials or space.budget.trials
     optimum = best_config(space).value
     ratios, failures = [], []
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         best, failed = one_search(space, budget, seed)
         ratios.append(best / optimum)
         failures.append(failed)

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sweeper.errors import ConfigError
 from sweeper.expr import Expr, ExprError, parse_expr
@@ -145,11 +145,12 @@ class Workload(Strict):
     request_timeout_s: float = Field(600.0, gt=0)
     seed: int = 0
 
-    @model_validator(mode="after")
-    def _levels(self):
-        if any(c < 1 for c in self.concurrency) or self.concurrency != sorted(set(self.concurrency)):
+    @field_validator("concurrency")
+    @classmethod
+    def _levels(cls, levels: list[int]) -> list[int]:
+        if any(c < 1 for c in levels) or levels != sorted(set(levels)):
             raise ValueError("concurrency levels must be positive, increasing and unique")
-        return self
+        return levels
 
     def requests_at(self, concurrency: int) -> int:
         return max(self.requests_per_level, self.min_rounds * concurrency)

@@ -15,14 +15,14 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 import sweeper
-from sweeper.config import HostSpec, Space, space_fingerprint
+from sweeper.config import HostSpec, Space, load_hosts, space_fingerprint
 from sweeper.engines import get_engine
 from sweeper.errors import InfraError, UserError
 from sweeper.hosts import Host, ServerProcess
 from sweeper.hosts.procfs import read_stat
 from sweeper.record import constraint_values, objective_value, outcome_attrs
 from sweeper.results.leaderboard import best_trial
-from sweeper.redact import redact_url
+from sweeper.redact import MASK, redact_env, redact_url
 from sweeper.space import config_key, count_configs, parameter_values, suggest_config
 from sweeper.trial import TrialContext, run_trial
 
@@ -138,7 +138,7 @@ def create_study(name: str, space: Space, space_path: Path, host_name: str, host
         "space_hash": space_fingerprint(space),
         "space": space.model_dump(mode="json"),
         "host_name": host_name,
-        "host_spec": host_spec.model_dump(mode="json"),
+        "host_spec": {**host_spec.model_dump(mode="json"), "env": redact_env(host_spec.env)},
         "budget": budget,
         "storage": redact_url(url),
         "created_at": time.time(),
@@ -149,6 +149,26 @@ def create_study(name: str, space: Space, space_path: Path, host_name: str, host
     for seed in space.seeds:
         study.enqueue_trial(seed.params, user_attrs={"seed": seed.name})
     return StudyHandle(study, space, host_name, host_spec, results_dir)
+
+
+def host_spec_for_resume(attrs: dict, hosts_path: Path) -> HostSpec:
+    """The stored host spec; secret env values (never stored) come back from the hosts file."""
+    spec = HostSpec.model_validate(attrs["host_spec"])
+    masked = sorted(k for k, v in spec.env.items() if v == MASK)
+    if not masked:
+        return spec
+    name = attrs["host_name"]
+    hosts = load_hosts(hosts_path).hosts if hosts_path.is_file() else {}
+    if name not in hosts or any(k not in hosts[name].env for k in masked):
+        raise UserError(f"host {name!r} has secret env values that are not stored in the study "
+                        f"({', '.join(masked)}): pass --hosts with a hosts file that defines them")
+    return spec.model_copy(update={"env": {**spec.env, **{k: hosts[name].env[k] for k in masked}}})
+
+
+def study_servers(study: optuna.Study, host_name: str) -> list[ServerProcess]:
+    """Every server this study recorded on `host_name`."""
+    return [ServerProcess.from_dict(t.user_attrs["process"]) for t in study.get_trials(deepcopy=False)
+            if t.user_attrs.get("process", {}).get("host") == host_name]
 
 
 def load_study(name: str, results_dir: Path, storage: str | None) -> optuna.Study:
@@ -246,7 +266,8 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents) -> Call
 
         ctx = TrialContext(space=space, engine=engine, host=host, host_spec=handle.host_spec,
                            trial_dir=trial_dir, reference_text=reference_text(study),
-                           on_stage=on_stage, on_started=on_started, on_level=on_level)
+                           on_stage=on_stage, on_started=on_started, on_level=on_level,
+                           known_servers=lambda: study_servers(study, handle.host_name))
         try:
             outcome = run_trial(ctx, config)
         except KeyboardInterrupt:
@@ -330,14 +351,14 @@ def recover_interrupted(study: optuna.Study, host: Host, grace_s: float) -> list
     """Stop servers left by a dead controller, mark its RUNNING trials failed, and queue every
     interrupted or infrastructure-failed trial for a re-run. Returns what was done."""
     notes = []
-    storage = study._storage
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if proc := t.user_attrs.get("process"):
             report = host.stop_group(ServerProcess.from_dict(proc), grace_s)
             if report.was_running:
                 notes.append(f"stopped the server of trial {t.number} (pgid {proc['pgid']}, {report.signal})")
-        storage.set_trial_user_attr(t._trial_id, "interrupted", True)
-        storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        # Optuna has no public setter for another process's trial attrs; the storage API is stable.
+        study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
+        study.tell(t.number, state=TrialState.FAIL)
         notes.append(f"trial {t.number} was interrupted: marked failed")
     already = {t.user_attrs.get("retry_of") for t in study.get_trials(deepcopy=False)}
     for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):

@@ -53,10 +53,21 @@ def test_sweep_records_every_trial_and_exports_csv(cli):
 
 
 def test_bad_input_is_one_line_and_launches_nothing(cli):
-    (cli.workdir / "bad.yaml").write_text((cli.workdir / "tiny.yaml").read_text().replace(
-        "budget: {trials: 5}", "budget: {trials: 5, hours: 2}"))
+    tiny = (cli.workdir / "tiny.yaml").read_text()
+    edits = {
+        "bad.yaml": ("budget: {trials: 5}", "budget: {trials: 5, hours: 2}"),
+        "type.yaml": ("budget: {trials: 5}", "budget: {trials: five}"),
+        "range.yaml": ("concurrency: [1, 4]", "concurrency: [4, 1]"),
+        "constraint.yaml": ("  - ep_size <= tp_size", "  - ep_size <= tp_size +"),
+    }
+    for name, (old, new) in edits.items():
+        assert old in tiny
+        (cli.workdir / name).write_text(tiny.replace(old, new))
     cases = {
         ("sweep", "bad.yaml"): "bad.yaml:24: budget.hours: unknown key",
+        ("sweep", "type.yaml"): "type.yaml:24: budget.trials: Input should be a valid integer",
+        ("sweep", "range.yaml"): "range.yaml:23: workload.concurrency: concurrency levels must be positive, increasing and unique",
+        ("sweep", "constraint.yaml"): "constraint.yaml:12: constraints[0]: cannot parse 'ep_size <= tp_size +'",
         ("sweep", "missing.yaml"): "missing.yaml: <top>: file not found",
         ("sweep", "tiny.yaml", "--host", "gpu-box"): "hosts.yaml: hosts.gpu-box: no such host (known: local)",
         ("resume", "nosuch"): "no study 'nosuch'",
