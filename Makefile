@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STUDY ?= demo-sim-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: demo test install install-test clean
+.PHONY: demo test test-deps install install-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,11 @@ demo: install
 	$(BIN)/sweeper leaderboard $(STUDY) --top 10 --csv results/$(STUDY)/leaderboard.csv
 	$(BIN)/sweeper sim best search_spaces/demo-sim.yaml --study $(STUDY)
 
-test: install-test
+# The SSH tests start a real OpenSSH server (tests/sshd.py): install it when it is missing.
+test-deps:
+	@test -x /usr/sbin/sshd || (apt-get update && apt-get install -y openssh-server)
+
+test: install-test test-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 clean:

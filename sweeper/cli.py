@@ -15,15 +15,16 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from sweeper.config import HostSpec, load_host, load_space
+from sweeper.config import load_host, load_space
 from sweeper.errors import UserError
-from sweeper.hosts import open_host
+from sweeper.hosts import Host, open_host
 from sweeper.results.leaderboard import best_trial, leaderboard_frame
 from sweeper.results.show import format_show
 from sweeper.results.table import format_leaderboard_table
 from sweeper.resume import check_space_unchanged
 from sweeper.study import (
-    StudyHandle, controller_alive, create_study, load_study, recover_interrupted, run_sweep,
+    StudyHandle, controller_alive, create_study, host_spec_for_resume, load_study,
+    recover_interrupted, run_sweep,
 )
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -95,8 +96,7 @@ class RichEvents:
         self.live.update(self.render())
 
 
-def _sweep(handle: StudyHandle, top: int) -> None:
-    host = open_host(handle.host_name, handle.host_spec)
+def _sweep(handle: StudyHandle, host: Host, top: int) -> None:
     try:
         with interrupts_as_keyboard(), Live("starting", console=console, refresh_per_second=4,
                                              transient=True) as live:
@@ -128,8 +128,13 @@ def sweep(
         host_spec = load_host(hosts, host)
         name = study or f"{space.name}-{datetime.now():%Y%m%d-%H%M%S}"
         budget = trials or space.budget.trials
-        handle = create_study(name, space, space_file, host, host_spec, results, storage, budget)
-        _sweep(handle, top)
+        connected = open_host(host, host_spec)  # before the study exists: an unreachable host leaves nothing
+        try:
+            handle = create_study(name, space, space_file, host, host_spec, results, storage, budget)
+        except BaseException:
+            connected.close()
+            raise
+        _sweep(handle, connected, top)
 
 
 @app.command()
@@ -139,6 +144,7 @@ def resume(
     storage: Optional[str] = STORAGE_OPT,
     results: Path = RESULTS_OPT,
     top: int = typer.Option(10, "--top"),
+    hosts: Path = typer.Option(Path("hosts.yaml"), "--hosts", help="Hosts file: secret env values of the host."),
 ) -> None:
     """Continue an interrupted study to its budget."""
     with user_errors():
@@ -150,15 +156,16 @@ def resume(
                             "stop it first")
         if trials:
             optuna_study.set_user_attr("budget", trials)
-        host_spec = HostSpec.model_validate(attrs["host_spec"])
+        host_spec = host_spec_for_resume(attrs, hosts)
         handle = StudyHandle(optuna_study, space, attrs["host_name"], host_spec, results)
         host = open_host(handle.host_name, host_spec)
         try:
             for note in recover_interrupted(optuna_study, host, space.launch.stop_grace_s):
                 console.print(f"[yellow]recovery:[/] {note}")
-        finally:
+        except BaseException:
             host.close()
-        _sweep(handle, top)
+            raise
+        _sweep(handle, host, top)
 
 
 @app.command()
@@ -181,12 +188,51 @@ def leaderboard(
 @app.command()
 def show(
     study: str = typer.Argument(...),
+    watch: bool = typer.Option(False, "--watch", help="Refresh from storage until Ctrl-C."),
+    interval: float = typer.Option(2.0, "--interval", min=0.2, help="Seconds between refreshes."),
     storage: Optional[str] = STORAGE_OPT,
     results: Path = RESULTS_OPT,
 ) -> None:
     """Trials by state, the best so far, and what is running."""
     with user_errors():
-        console.print(format_show(load_study(study, results, storage)))
+        optuna_study = load_study(study, results, storage)
+        if not watch:
+            console.print(format_show(optuna_study))
+            return
+        # Re-read from storage on every refresh: works from another terminal or machine.
+        try:
+            with Live(format_show(optuna_study), console=console, refresh_per_second=1) as live:
+                while True:
+                    time.sleep(interval)
+                    live.update(format_show(load_study(study, results, storage)))
+        except KeyboardInterrupt:
+            pass
+
+
+@app.command()
+def best(
+    study: str = typer.Argument(...),
+    script: bool = typer.Option(False, "--script", help="Print a ready-to-run launch script."),
+    storage: Optional[str] = STORAGE_OPT,
+    results: Path = RESULTS_OPT,
+) -> None:
+    """The best feasible config of a study (as a launch script with --script)."""
+    from sweeper.config import HostSpec, parse_space
+    from sweeper.results.script import best_launch_script
+
+    with user_errors():
+        optuna_study = load_study(study, results, storage)
+        attrs = optuna_study.user_attrs
+        space = parse_space(attrs["space_text"], f"{attrs['space_path']} (copy stored in the study)")
+        host_spec = HostSpec.model_validate(attrs["host_spec"])
+        text = best_launch_script(optuna_study, space, host_spec)
+        if text is None:
+            raise UserError(f"study {study!r} has no feasible trial yet")
+        if script:
+            typer.echo(text, nl=False)
+        else:
+            trial = best_trial(optuna_study)
+            console.print(f"trial {trial.number}: {trial.value:.2f}  {trial.params}")
 
 
 @sim_app.command("best")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Mapping
 
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|API_?KEY|ACCESS_?KEY|CREDENTIAL|AUTH", re.IGNORECASE)
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
 _URL_PASSWORD = re.compile(r"(://[^:/@\s]+:)[^@/\s]+(@)")
 MASK = "***"
 

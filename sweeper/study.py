@@ -130,7 +130,9 @@ def create_study(name: str, space: Space, space_path: Path, host_name: str, host
         raise UserError(f"study {name!r} already exists; continue it with `sweeper resume {name}` "
                         "or pick another --study name")
     study = optuna.create_study(study_name=name, storage=rdb, direction=space.objective.direction)
-    study.set_metric_names([f"{space.objective.metric}@c{space.objective_level}"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names([f"{space.objective.metric}@c{space.objective_level}"])
     attrs = {
         "sweeper_version": sweeper.__version__,
         "space_path": str(space_path.resolve()),

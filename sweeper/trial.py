@@ -23,6 +23,7 @@ from sweeper.config import HostSpec, Launch, OutputCheck, Space, Workload
 from sweeper.engines.base import Engine, EngineInfo, LaunchSpec, classify_log
 from sweeper.errors import InfraError
 from sweeper.hosts.base import Host, ServerProcess, StopReport
+from sweeper.hosts.gate import check_gpus_before_launch, wait_gpus_released
 from sweeper.loadgen.client import LoadgenError, complete, run_level
 from sweeper.loadgen.metrics import summarize_level
 from sweeper.loadgen.workload import build_prompt_token_ids
@@ -65,6 +66,7 @@ class TrialContext:
     on_stage: Callable[[str], None] = lambda stage: None
     on_started: Callable[[ServerProcess], None] = lambda proc: None
     on_level: Callable[[int, dict], None] = lambda level, metrics: None
+    known_servers: Callable[[], list[ServerProcess]] = lambda: []  # this study's, for the GPU gate
 
 
 # ---------------------------------------------------------------- verdicts of wait_ready
@@ -239,11 +241,14 @@ def run_trial(ctx: TrialContext, config: Mapping[str, Any]) -> TrialOutcome:
     space = ctx.space
     with timer("preflight"):
         port_or_failure = preflight(space, config, ctx.host, ctx.host_spec.base_port)
+        gpu_baseline = None if isinstance(port_or_failure, Failure) else check_gpus_before_launch(
+            ctx.host, ctx.host_spec, ctx.known_servers(), space.launch.stop_grace_s)
     if isinstance(port_or_failure, Failure):
         outcome.failure = port_or_failure
         return outcome
     port = port_or_failure
     spec = ctx.engine.build_launch_spec(space, config, ctx.host_spec, port, ctx.host.python())
+    ctx.host.take_disruption()  # only a connection drop during this trial makes it an infra fault
     with timer("launch"):
         proc = launch(ctx.host, spec, ctx.trial_dir)
         outcome.launched = True
@@ -256,6 +261,10 @@ def run_trial(ctx: TrialContext, config: Mapping[str, Any]) -> TrialOutcome:
         (ctx.trial_dir / "stop.json").write_text(json.dumps(asdict(report), indent=2))
         if report.left_behind and outcome.failure is None:
             outcome.failure = Failure("stop", "stop_failed", f"processes left behind: {report.left_behind}")
+        if gpu_baseline is not None:
+            wait_gpus_released(ctx.host, ctx.host_spec, gpu_baseline, port)
+    if disruption := ctx.host.take_disruption():
+        raise InfraError(f"{disruption} during the trial: its measurements are not kept")
     return outcome
 
 

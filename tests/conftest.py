@@ -26,3 +26,6 @@ def isolated_home(tmp_path_factory, monkeypatch):
 @pytest.fixture
 def python_exe() -> str:
     return sys.executable
+
+
+from tests.sshd import ssh_home, sshd  # noqa: E402,F401  (the real OpenSSH server fixtures)

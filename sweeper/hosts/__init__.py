@@ -10,6 +10,10 @@ def open_host(name: str, spec: HostSpec) -> Host:
         from sweeper.hosts.local import LocalHost
 
         return LocalHost(name, spec)
+    if spec.transport == "ssh":
+        from sweeper.hosts.ssh import SSHHost
+
+        return SSHHost(name, spec)
     raise UserError(f"host {name!r}: transport {spec.transport!r} is not supported yet")
 
 

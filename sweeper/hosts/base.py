@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
+
+if TYPE_CHECKING:
+    from sweeper.hosts.gpu import GpuSnapshot
 
 TOKEN_VAR = "SWEEPER_RUN_TOKEN"  # put in every server's environment: how we know a process is ours
 
@@ -36,6 +39,17 @@ class StopReport:
     skipped_foreign: tuple[int, ...] = ()  # group members without our token: never signalled
 
 
+@dataclass(frozen=True)
+class ProcessDetails:
+    """What the GPU gate needs to know about a process holding GPU memory."""
+
+    pid: int
+    pgid: int
+    start_ticks: int
+    cmdline: str
+    token: str | None  # the SWEEPER_RUN_TOKEN in its environment, if any
+
+
 class Host(Protocol):
     name: str
 
@@ -63,5 +77,17 @@ class Host(Protocol):
     def base_url(self, port: int) -> str: ...
 
     def python(self) -> str: ...
+
+    def gpu_snapshot(self) -> "GpuSnapshot | None":
+        """nvidia-smi's view of GPU memory, or None when the host's GPU gate is off (no nvidia-smi)."""
+        ...
+
+    def process_details(self, pids: Sequence[int]) -> dict[int, ProcessDetails]:
+        """Group, start time, command line and run token of live processes (dead ones are left out)."""
+        ...
+
+    def take_disruption(self) -> str | None:
+        """What went wrong with the connection since the last call (a drop, a reconnect), or None."""
+        ...
 
     def close(self) -> None: ...

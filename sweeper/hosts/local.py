@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -12,9 +13,12 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from sweeper.config import HostSpec
-from sweeper.hosts.base import TOKEN_VAR, ServerProcess, StopReport
+from sweeper.errors import UserError
+from sweeper.hosts.base import TOKEN_VAR, ProcessDetails, ServerProcess, StopReport
+from sweeper.hosts.gpu import APPS_QUERY, GPU_QUERY, GpuParseError, GpuSnapshot, parse_snapshot
 from sweeper.hosts.procfs import (
-    environ_has, listening_inodes, live_group_members, read_environ, read_stat, socket_inodes_of,
+    environ_has, environ_value, listening_inodes, live_group_members, read_cmdline, read_environ,
+    read_stat, socket_inodes_of,
 )
 
 
@@ -124,6 +128,38 @@ class LocalHost:
 
     def python(self) -> str:
         return self.spec.python or sys.executable
+
+    def gpu_snapshot(self) -> GpuSnapshot | None:
+        """nvidia-smi on this machine; None when the gate is off or (auto) there is no nvidia-smi."""
+        path = self.spec.env.get("PATH") or os.environ.get("PATH", "")
+        exe = None if self.spec.gpu_gate == "off" else shutil.which("nvidia-smi", path=path)
+        if exe is None:
+            if self.spec.gpu_gate == "on":
+                raise UserError(f"host {self.name!r}: gpu_gate is on but nvidia-smi is not on PATH")
+            return None
+        outputs = []
+        for query in (GPU_QUERY, APPS_QUERY):
+            run = subprocess.run([exe, *query[1:]], capture_output=True, text=True, timeout=60,
+                                 env={**os.environ, "PATH": path})
+            if run.returncode != 0:
+                raise UserError(f"host {self.name!r}: {' '.join(query)} exited {run.returncode}")
+            outputs.append(run.stdout)
+        try:
+            return parse_snapshot(*outputs)
+        except GpuParseError as exc:
+            raise UserError(f"host {self.name!r}: {exc}") from None
+
+    def process_details(self, pids) -> dict[int, ProcessDetails]:
+        details = {}
+        for pid in pids:
+            stat = read_stat(pid)
+            if stat and stat.state not in ("Z", "X"):
+                details[pid] = ProcessDetails(pid, stat.pgid, stat.start_ticks, read_cmdline(pid),
+                                              environ_value(read_environ(pid), TOKEN_VAR))
+        return details
+
+    def take_disruption(self) -> str | None:
+        return None  # no connection to lose
 
     def close(self) -> None:
         self._reap()

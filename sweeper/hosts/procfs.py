@@ -85,3 +85,20 @@ def socket_inodes_of(pid: int, proc: Path = Path("/proc")) -> set[int]:
     except (FileNotFoundError, PermissionError):
         pass
     return inodes
+
+
+def read_cmdline(pid: int, proc: Path = Path("/proc")) -> str:
+    """The command line as one readable string (arguments joined by spaces)."""
+    try:
+        raw = (proc / str(pid) / "cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return ""
+    return " ".join(part.decode(errors="replace") for part in raw.split(b"\0") if part)
+
+
+def environ_value(environ: bytes, name: str) -> str | None:
+    prefix = f"{name}=".encode()
+    for item in environ.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix):].decode(errors="replace")
+    return None

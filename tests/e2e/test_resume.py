@@ -72,3 +72,23 @@ def test_resume_refuses_an_edited_space(cli):
     result = cli.run("resume", "e1", "--trials", "2")
     assert result.returncode == 2
     assert "parameters.nccl_proto.choices" in result.stderr and "new study version" in result.stderr
+
+
+def test_show_watch_follows_a_running_sweep_from_another_process(cli):
+    controller = cli.start("sweep", "tiny.yaml", "--study", "w1")
+    watcher = None
+    try:
+        wait_until(lambda: server_in_load_stage(cli.workdir, "w1"), timeout=120)
+        watcher = cli.start("show", "w1", "--watch", "--interval", "0.5")
+        import time
+
+        time.sleep(3)
+        os.kill(watcher.pid, signal.SIGINT)
+        out, err = watcher.communicate(timeout=20)
+        assert watcher.returncode == 0, err
+        assert "study w1" in out and "RUNNING" in out
+    finally:
+        for proc in (controller, watcher):
+            if proc and proc.poll() is None:
+                os.kill(proc.pid, signal.SIGINT)
+                proc.wait(60)

@@ -91,3 +91,35 @@ def test_sim_best_reports_the_models_optimum(cli):
     result = cli.run("sim", "best", "demo-sim.yaml")
     assert result.returncode == 0, result.stderr
     assert "modelled output_throughput at C=16" in result.stdout
+
+
+def test_best_script_runs_the_winner(cli):
+    """`sweeper best --script` prints a launch script that really starts the best config."""
+    import subprocess
+
+    assert cli.run("sweep", "tiny.yaml", "--study", "b1", "--trials", "2").returncode == 0
+    result = cli.run("best", "b1", "--script")
+    assert result.returncode == 0, result.stderr
+    script = result.stdout
+    assert script.startswith("#!/usr/bin/env bash") and "exec " in script and "sweeper.sim" in script
+    path = cli.workdir / "best.sh"
+    path.write_text(script.replace("--port 31000", "--port 31990"))
+    server = subprocess.Popen(["bash", str(path)], cwd=cli.workdir, env=cli.env, start_new_session=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        import requests
+
+        def ready():
+            try:
+                return requests.get("http://127.0.0.1:31990/health_generate", timeout=2).status_code == 200
+            except requests.RequestException:
+                return False
+
+        from tests.e2e.conftest import wait_until
+        wait_until(ready, timeout=60)
+    finally:
+        import os
+        import signal
+
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(10)

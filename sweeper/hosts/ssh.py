@@ -1,0 +1,448 @@
+"""A machine over SSH (paramiko; the only module that imports it), behind the Host protocol.
+
+- Connection: ~/.ssh/config aliases (HostName, User, Port, IdentityFile, ProxyJump), a key file or
+  ssh-agent, keepalive, connect timeout; after a drop, reconnects with backoff and remembers the
+  drop (take_disruption) so the trial that saw it is retried, never recorded half-done.
+- Host keys: verified against ~/.ssh/known_hosts and ~/.sweeper/known_hosts. An unknown key is
+  refused with its SHA256 fingerprint and how to trust it; `host_key_policy: accept-new` records it
+  in ~/.sweeper/known_hosts. A changed key is always refused.
+- Every operation on the host runs the agent (agent.py) with a JSON request on stdin: no value of
+  a request is ever part of a shell command line.
+- Servers are reached through a local port forward (direct-tcpip), or directly (`forward: false`).
+- The server log is mirrored incrementally into the local trial folder.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import os
+import shlex
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import paramiko
+
+from sweeper.config import HostSpec
+from sweeper.errors import InfraError, UserError
+from sweeper.hosts.agent import build_agent_source
+from sweeper.hosts.base import TOKEN_VAR, ProcessDetails, ServerProcess, StopReport
+from sweeper.hosts.forward import LocalForward
+from sweeper.hosts.gpu import APPS_QUERY, GPU_QUERY, GpuParseError, GpuSnapshot, parse_snapshot
+from sweeper.hosts.launch_script import build_env_json, build_launch_script, build_remote_run_dir
+from sweeper.redact import redact_env
+
+logging.getLogger("paramiko").addHandler(logging.NullHandler())  # failures reach the user as one line
+
+SWEEPER_KNOWN_HOSTS = "~/.sweeper/known_hosts"
+USER_KNOWN_HOSTS = "~/.ssh/known_hosts"
+USER_SSH_CONFIG = "~/.ssh/config"
+
+
+class SSHConnectError(UserError):
+    """The host cannot be reached or refuses us; `transient` ones are worth a reconnect attempt."""
+
+    def __init__(self, message: str, transient: bool):
+        super().__init__(message)
+        self.transient = transient
+
+
+class UnknownHostKey(SSHConnectError):
+    def __init__(self, message: str):
+        super().__init__(message, transient=False)
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """SHA256 fingerprint as OpenSSH prints it: SHA256:<base64 without padding>."""
+    return "SHA256:" + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
+
+
+# ---------------------------------------------------------------- where to connect
+
+@dataclass(frozen=True)
+class Target:
+    alias: str
+    hostname: str
+    port: int
+    user: str | None
+    key_files: tuple[str, ...]
+    proxy_jump: str | None
+
+    @property
+    def display(self) -> str:
+        return f"{self.user + '@' if self.user else ''}{self.hostname}:{self.port}"
+
+
+def resolve_target(alias: str, port: int | None, user: str | None, identity_file: str | None,
+                   ssh_config: paramiko.SSHConfig) -> Target:
+    """The hosts.yaml entry over ~/.ssh/config: explicit keys win, the alias fills the rest."""
+    found = ssh_config.lookup(alias)
+    files = [identity_file] if identity_file else list(found.get("identityfile", []))
+    jump = found.get("proxyjump")
+    return Target(alias=alias, hostname=found.get("hostname", alias),
+                  port=int(port or found.get("port", 22)), user=user or found.get("user"),
+                  key_files=tuple(os.path.expanduser(f) for f in files),
+                  proxy_jump=None if jump in (None, "none") else jump)
+
+
+def load_ssh_config(path: str = USER_SSH_CONFIG) -> paramiko.SSHConfig:
+    path = os.path.expanduser(path)
+    return paramiko.SSHConfig.from_path(path) if os.path.isfile(path) else paramiko.SSHConfig()
+
+
+class RefuseOrRecordNewKeys(paramiko.MissingHostKeyPolicy):
+    """Never accepts silently: refuses an unknown key with its fingerprint, or (accept-new) records
+    it in the sweeper-owned known_hosts file."""
+
+    def __init__(self, host_name: str, target: Target, accept_new: bool, known_hosts: Path):
+        self.host_name, self.target, self.accept_new, self.known_hosts = host_name, target, accept_new, known_hosts
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        if self.accept_new:
+            self.known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with open(self.known_hosts, "a") as out:
+                out.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+            client.get_host_keys().add(hostname, key.get_name(), key)
+            return
+        t = self.target
+        keyscan = shlex.join(["ssh-keyscan", "-p", str(t.port), t.hostname])
+        raise UnknownHostKey(
+            f"host {self.host_name!r} ({t.hostname}:{t.port}) is not in known_hosts: its {key.get_name()} key "
+            f"is {fingerprint(key)}. If that is the host's fingerprint, trust it with "
+            f"`{keyscan} >> {SWEEPER_KNOWN_HOSTS}` or set `host_key_policy: accept-new` for this host")
+
+
+def _describe(exc: BaseException) -> tuple[str, bool]:
+    """A connection failure in a few words, and whether retrying can help."""
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return (f"the host key changed: got {fingerprint(exc.key)}, known_hosts has "
+                f"{fingerprint(exc.expected_key)}; refusing (a reinstalled host or a man in the middle)", False)
+    if isinstance(exc, paramiko.AuthenticationException):
+        return f"authentication failed ({exc})", False
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return "timed out", True
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        causes = list(exc.errors.values())
+        exc = causes[0] if causes else exc
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused (nothing listens on that port)", True
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve the address ({exc.strerror})", False
+    if isinstance(exc, paramiko.SSHException) and "banner" in str(exc).lower():
+        return "no SSH banner (timed out)", True
+    return f"{type(exc).__name__}: {exc}", True
+
+
+# ---------------------------------------------------------------- the host
+
+class SSHHost:
+    def __init__(self, name: str, spec: HostSpec, ssh_config_path: str = USER_SSH_CONFIG):
+        self.name, self.spec = name, spec
+        self._ssh_config = load_ssh_config(ssh_config_path)
+        self.target = resolve_target(spec.address or name, spec.port if spec.port != 22 else None,
+                                     spec.user, spec.identity_file, self._ssh_config)
+        self._lock = threading.RLock()
+        self._clients: list[paramiko.SSHClient] = []  # [jump hosts..., target]
+        self._disruption: str | None = None
+        self._forwards: dict[int, LocalForward] = {}
+        self._mirrors: dict[tuple[int, int], list] = {}  # (pid, start) -> [local path, remote offset]
+        self._status_cache: tuple[tuple[int, int], float, dict] | None = None
+        self._agent_command = shlex.join([self.python_for_agent(), "-S", "-c", build_agent_source()])
+        for key_file in self.target.key_files:
+            if self.spec.identity_file and not os.path.isfile(key_file):
+                raise UserError(f"host {name!r}: identity file {key_file} not found")
+        self._connect_now()
+
+    # ---- connection ----
+
+    def python_for_agent(self) -> str:
+        return self.spec.python or "python3"
+
+    def _connect_client(self, target: Target, sock: Any = None) -> paramiko.SSHClient:
+        client = paramiko.SSHClient()
+        for path in (USER_KNOWN_HOSTS, SWEEPER_KNOWN_HOSTS):
+            if os.path.isfile(os.path.expanduser(path)):
+                client.load_system_host_keys(os.path.expanduser(path))
+        client.set_missing_host_key_policy(RefuseOrRecordNewKeys(
+            self.name, target, self.spec.host_key_policy == "accept-new",
+            Path(os.path.expanduser(SWEEPER_KNOWN_HOSTS))))
+        timeout = self.spec.connect_timeout_s
+        started = time.monotonic()
+        try:
+            client.connect(target.hostname, port=target.port, username=target.user,
+                           key_filename=list(target.key_files) or None,
+                           look_for_keys=not target.key_files, allow_agent=True, sock=sock,
+                           timeout=timeout, banner_timeout=timeout, auth_timeout=timeout,
+                           channel_timeout=timeout)
+        except UserError:
+            client.close()
+            raise
+        except Exception as exc:  # paramiko and socket raise many kinds; _describe sorts them
+            client.close()
+            why, transient = _describe(exc)
+            if transient and time.monotonic() - started >= timeout * 0.9 and "timed out" not in why:
+                why = f"timed out after {timeout:g}s ({why})"
+            raise SSHConnectError(f"host {self.name!r}: cannot connect to {target.display}: {why}",
+                                  transient) from None
+        transport = client.get_transport()
+        if self.spec.keepalive_s:
+            transport.set_keepalive(int(max(self.spec.keepalive_s, 1)))
+        return client
+
+    def _jump_chain(self) -> list[Target]:
+        chain, seen, jump = [], {self.target.alias}, self.target.proxy_jump
+        while jump:
+            hop = jump.split(",")[-1].strip()  # the last hop is nearest the target
+            user, _, rest = hop.rpartition("@")
+            alias, _, port = rest.partition(":")
+            if alias in seen:
+                raise UserError(f"host {self.name!r}: ProxyJump loop through {alias!r}")
+            seen.add(alias)
+            hop_target = resolve_target(alias, int(port) if port else None, user or None, None, self._ssh_config)
+            chain.insert(0, hop_target)
+            earlier = jump.split(",")[:-1]
+            jump = ",".join(earlier) if earlier else hop_target.proxy_jump
+        return chain
+
+    def _connect_now(self) -> None:
+        clients: list[paramiko.SSHClient] = []
+        try:
+            for index, hop in enumerate([*self._jump_chain(), self.target]):
+                sock = self._open_hop_channel(clients[-1], hop) if index else None
+                clients.append(self._connect_client(hop, sock))
+        except BaseException:
+            for client in reversed(clients):
+                client.close()
+            raise
+        self._clients = clients
+
+    def _open_hop_channel(self, jump: paramiko.SSHClient, hop: Target) -> Any:
+        try:
+            return jump.get_transport().open_channel("direct-tcpip", (hop.hostname, hop.port), ("127.0.0.1", 0),
+                                                     timeout=self.spec.connect_timeout_s)
+        except Exception as exc:
+            why, transient = _describe(exc)
+            raise SSHConnectError(f"host {self.name!r}: cannot reach {hop.display} through the jump host: {why}",
+                                  transient) from None
+
+    def _transport(self) -> paramiko.Transport:
+        """The live transport; after a drop, reconnects with backoff (and records the drop)."""
+        with self._lock:
+            client = self._clients[-1] if self._clients else None
+            transport = client.get_transport() if client else None
+            if transport is not None and transport.is_active():
+                return transport
+            cause = transport.get_exception() if transport is not None else None
+            self._reconnect("the connection dropped" + (f" ({type(cause).__name__}: {cause})" if cause else ""))
+            return self._clients[-1].get_transport()
+
+    def _reconnect(self, why: str) -> None:
+        with self._lock:
+            for client in self._clients:
+                client.close()
+            self._clients = []
+            self._disruption = f"host {self.name!r}: {why}; reconnected"
+            deadline = time.monotonic() + self.spec.reconnect_timeout_s
+            delay = 0.25
+            while True:
+                try:
+                    self._connect_now()
+                    return
+                except SSHConnectError as exc:
+                    if not exc.transient or time.monotonic() + delay > deadline:
+                        raise UserError(f"host {self.name!r}: {why} and reconnecting failed for "
+                                        f"{self.spec.reconnect_timeout_s:.0f}s: {exc}") from None
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def take_disruption(self) -> str | None:
+        with self._lock:
+            message, self._disruption = self._disruption, None
+            return message
+
+    # ---- the agent ----
+
+    def _agent(self, op: str, request: Mapping[str, Any], retry: bool = True, timeout_s: float = 60.0) -> dict:
+        """Run one agent operation; after a dropped connection, reconnect and (if `retry`) run it again."""
+        for attempt in range(2):
+            transport = self._transport()
+            try:
+                return self._run_agent(transport, op, request, timeout_s)
+            except (paramiko.SSHException, EOFError, OSError) as exc:
+                if not _went_down(transport):
+                    raise InfraError(f"host {self.name!r}: {op} failed: {type(exc).__name__}: {exc}") from None
+                with self._lock:
+                    if self._clients and self._clients[-1].get_transport() is transport:
+                        self._reconnect(f"the connection dropped during {op}")
+                if not retry or attempt:
+                    raise InfraError(f"host {self.name!r}: the connection dropped during {op}") from None
+        raise AssertionError("unreachable")
+
+    def _run_agent(self, transport: paramiko.Transport, op: str, request: Mapping[str, Any],
+                   timeout_s: float) -> dict:
+        channel = transport.open_session(timeout=self.spec.connect_timeout_s)
+        try:
+            channel.settimeout(timeout_s)
+            channel.exec_command(self._agent_command)
+            channel.sendall(json.dumps({**request, "op": op}).encode())
+            channel.shutdown_write()
+            out = channel.makefile("rb").read()
+            err = channel.makefile_stderr("rb").read()
+            status = channel.recv_exit_status()
+        finally:
+            channel.close()
+        if status == 127:
+            raise UserError(f"host {self.name!r}: {self.python_for_agent()} not found on the host "
+                            "(set `python:` for this host in hosts.yaml)")
+        if status == -1:
+            raise EOFError("the channel closed without an exit status")
+        try:
+            return json.loads(out)
+        except ValueError:
+            tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            raise InfraError(f"host {self.name!r}: {op} failed (exit {status}): {tail[0]}") from None
+
+    # ---- the Host protocol ----
+
+    def start_detached(self, argv: Sequence[str], env: Mapping[str, str], cwd: str,
+                       log_path: str, token: str) -> ServerProcess:
+        full_env = {**env, TOKEN_VAR: token}
+        answer = self._agent("start", {
+            "run_dir": build_remote_run_dir(self.spec.work_dir, cwd),
+            "script": build_launch_script(argv, full_env),
+            "env_json": build_env_json(full_env),
+            "env": full_env,
+        }, retry=False)
+        proc = ServerProcess(host=self.name, pid=answer["pid"], pgid=answer["pgid"],
+                             start_ticks=answer["start_ticks"], token=token, log_path=answer["log_path"])
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(log_path).write_bytes(b"")
+        self._mirrors[(proc.pid, proc.start_ticks)] = [log_path, 0]
+        return proc
+
+    def _status(self, proc: ServerProcess, with_log: bool) -> dict:
+        key = (proc.pid, proc.start_ticks)
+        mirror = self._mirrors.get(key)
+        answer = self._agent("status", {"proc": proc.to_dict(),
+                                        "log_offset": mirror[1] if (mirror and with_log) else None})
+        if mirror and "log" in answer:
+            self._append_mirror(mirror, answer["log"])
+        self._status_cache = (key, time.monotonic(), answer)
+        return answer
+
+    def _append_mirror(self, mirror: list, chunk: dict) -> None:
+        data = base64.b64decode(chunk["data"])
+        if data:
+            with open(mirror[0], "ab") as out:
+                out.write(data)
+            mirror[1] += len(data)
+
+    def _sync_mirror(self, proc: ServerProcess) -> None:
+        mirror = self._mirrors.get((proc.pid, proc.start_ticks))
+        while mirror:
+            chunk = self._agent("read_log", {"path": proc.log_path, "offset": mirror[1]})
+            self._append_mirror(mirror, chunk)
+            if not chunk["more"]:
+                return
+
+    def is_alive(self, proc: ServerProcess) -> bool:
+        cached = self._status_cache
+        if cached and cached[0] == (proc.pid, proc.start_ticks) and time.monotonic() - cached[1] < 0.1:
+            return cached[2]["alive"]
+        return self._status(proc, with_log=True)["alive"]
+
+    def owned_members(self, proc: ServerProcess) -> list[int]:
+        return self._status(proc, with_log=False)["ours"]
+
+    def stop_group(self, proc: ServerProcess, grace_s: float) -> StopReport:
+        answer = self._agent("stop", {"proc": proc.to_dict(), "grace_s": grace_s}, timeout_s=grace_s + 60)
+        try:
+            self._sync_mirror(proc)  # the log up to the end, shutdown lines included
+        finally:
+            self._mirrors.pop((proc.pid, proc.start_ticks), None)
+            self._status_cache = None
+        return StopReport(answer["was_running"], answer["signal"], answer["seconds"],
+                          tuple(answer["left_behind"]), tuple(answer["skipped_foreign"]))
+
+    def read_log(self, proc: ServerProcess, offset: int) -> tuple[str, int]:
+        mirror = self._mirrors.get((proc.pid, proc.start_ticks))
+        if mirror is None:
+            chunk = self._agent("read_log", {"path": proc.log_path, "offset": offset})
+            data = base64.b64decode(chunk["data"])
+            return data.decode(errors="replace"), offset + len(data)
+        self._status(proc, with_log=True)
+        with open(mirror[0], "rb") as local:
+            local.seek(offset)
+            data = local.read()
+        return data.decode(errors="replace"), offset + len(data)
+
+    def port_is_free(self, port: int) -> bool:
+        return self._agent("port_free", {"port": port})["free"]
+
+    def listens_on(self, proc: ServerProcess, port: int) -> bool:
+        return self._agent("listens", {"proc": proc.to_dict(), "port": port})["listens"]
+
+    def base_url(self, port: int) -> str:
+        if not self.spec.forward:
+            return f"http://{self.target.hostname}:{port}"
+        with self._lock:
+            if port not in self._forwards:
+                self._forwards[port] = LocalForward(self._open_forward_channel, ("127.0.0.1", port))
+            return f"http://127.0.0.1:{self._forwards[port].port}"
+
+    def _open_forward_channel(self, remote: tuple[str, int], peer: tuple[str, int]) -> Any:
+        return self._transport().open_channel("direct-tcpip", remote, peer,
+                                              timeout=self.spec.connect_timeout_s)
+
+    def python(self) -> str:
+        return self.spec.python or "python3"
+
+    def gpu_snapshot(self) -> GpuSnapshot | None:
+        if self.spec.gpu_gate == "off":
+            return None
+        answer = self._agent("gpu", {"queries": [list(GPU_QUERY), list(APPS_QUERY)],
+                                     "path": self.spec.env.get("PATH")})
+        if not answer["found"]:
+            if self.spec.gpu_gate == "on":
+                raise UserError(f"host {self.name!r}: gpu_gate is on but nvidia-smi is not on the host's PATH")
+            return None
+        if "error" in answer:
+            raise UserError(f"host {self.name!r}: {answer['error']}")
+        try:
+            return parse_snapshot(*answer["outputs"])
+        except GpuParseError as exc:
+            raise UserError(f"host {self.name!r}: {exc}") from None
+
+    def process_details(self, pids: Sequence[int]) -> dict[int, ProcessDetails]:
+        answer = self._agent("details", {"pids": list(pids)})["details"]
+        return {int(pid): ProcessDetails(**d) for pid, d in answer.items()}
+
+    def session_local_port(self) -> int:
+        """Our end of the TCP connection to the host (tests find the sshd process serving us)."""
+        return self._transport().sock.getsockname()[1]
+
+    def close(self) -> None:
+        with self._lock:
+            for forward in self._forwards.values():
+                forward.close()
+            self._forwards.clear()
+            for client in reversed(self._clients):
+                client.close()
+            self._clients = []
+
+
+
+def _went_down(transport: paramiko.Transport, wait_s: float = 1.0) -> bool:
+    """Whether the transport is dead (its reader thread may need a moment to notice the EOF)."""
+    deadline = time.monotonic() + wait_s
+    while transport.is_active():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True

@@ -1,0 +1,37 @@
+"""The winner as a ready-to-run launch script, rebuilt from storage (no GPU, no re-run)."""
+
+from __future__ import annotations
+
+import shlex
+
+import optuna
+
+from sweeper.config import HostSpec, Space
+from sweeper.engines import get_engine
+from sweeper.redact import redact_env
+from sweeper.results.leaderboard import best_trial
+
+
+def format_launch_script(space: Space, host_name: str, host_spec: HostSpec, params: dict,
+                         python: str, port: int, header: str) -> str:
+    """A bash script that starts the server with these parameters; every value is quoted and
+    secret environment values are left as placeholders to fill in."""
+    spec = get_engine(space.engine).build_launch_spec(space, params, host_spec, port, python)
+    env = redact_env(spec.env)
+    lines = ["#!/usr/bin/env bash", f"# {header}", f"# host: {host_name}", "set -euo pipefail"]
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())]
+    lines.append("exec " + shlex.join(spec.argv))
+    return "\n".join(lines) + "\n"
+
+
+def best_launch_script(study: optuna.Study, space: Space, host_spec: HostSpec) -> str | None:
+    best = best_trial(study)
+    if best is None:
+        return None
+    attrs = study.user_attrs
+    metric = (study.metric_names or ["objective"])[0]
+    header = (f"best of study {study.study_name}: trial {best.number}, {metric} = {best.value:.2f}"
+              " (written by sweeper; *** marks secrets to fill in)")
+    python = host_spec.python or "python3"
+    return format_launch_script(space, attrs.get("host_name", "?"), host_spec, dict(best.params),
+                                python, host_spec.base_port, header)

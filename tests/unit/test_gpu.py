@@ -1,0 +1,71 @@
+"""nvidia-smi parsing and the GPU gate's decisions, on real-format samples of an 8x RTX PRO 6000 box."""
+
+from pathlib import Path
+
+import pytest
+
+from sweeper.hosts.gpu import (
+    APPS_QUERY, GPU_QUERY, GpuHolder, GpuParseError, gpus_needed, holders_above, memory_not_released,
+    parse_compute_apps, parse_gpu_memory, parse_snapshot,
+)
+from sweeper.sim.nvidia_smi import render
+
+SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia_smi"
+
+
+def snapshot(name):
+    return parse_snapshot((SAMPLES / f"{name}.gpu.csv").read_text(), (SAMPLES / f"{name}.apps.csv").read_text())
+
+
+def test_idle_box():
+    idle = snapshot("idle")
+    assert len(idle.gpus) == 8 and idle.apps == ()
+    assert idle.gpus[0].index == 0 and idle.gpus[0].used_mib == 3 and idle.gpus[0].total_mib == 97887
+    assert idle.gpus[7].uuid.startswith("GPU-")
+    assert holders_above(idle, range(8), 1024) == []
+
+
+def test_busy_box_lists_one_holder_per_gpu_above_the_threshold():
+    busy = snapshot("busy")
+    holders = holders_above(busy, range(8), 1024)
+    assert [h.gpu_index for h in holders] == list(range(8))
+    assert holders[0] == GpuHolder(pid=48211, gpu_index=0, used_mib=91417)
+    assert 48190 not in {h.pid for h in holders}  # 126 MiB: under the threshold
+    assert [h.gpu_index for h in holders_above(busy, [2, 3], 1024)] == [2, 3]
+
+
+def test_release_is_judged_against_the_baseline():
+    idle, busy, released, lingering = (snapshot(n) for n in ("idle", "busy", "released", "lingering"))
+    assert memory_not_released(idle, released, range(8), 1024) == []
+    reasons = memory_not_released(idle, busy, range(8), 1024)
+    assert "GPU 0 uses 91546 MiB (baseline 3 MiB)" in reasons
+    assert any("pid 48211 still holds" in r for r in reasons)
+    left = memory_not_released(idle, lingering, range(8), 1024)
+    assert left == ["GPU 2 uses 91420 MiB (baseline 3 MiB)", "GPU 5 uses 91420 MiB (baseline 3 MiB)",
+                    "pid 48213 still holds 91417 MiB on GPU 2", "pid 48216 still holds 0 MiB on GPU 5"]
+    assert memory_not_released(idle, lingering, [0, 1], 1024) == []  # other GPUs are not ours to judge
+
+
+def test_not_available_values_and_empty_output():
+    apps = parse_compute_apps((SAMPLES / "lingering.apps.csv").read_text())
+    assert apps[1].used_mib == 0
+    assert parse_compute_apps("") == () and parse_compute_apps("\n") == ()
+    assert gpus_needed(4, snapshot("idle")) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("text", ["0, GPU-x, 3\n", "zero, GPU-x, 3, 97887\n", "index, uuid, memory.used [MiB]\n"])
+def test_unexpected_output_is_an_error(text):
+    with pytest.raises(GpuParseError):
+        parse_gpu_memory(text)
+
+
+def test_the_stand_in_prints_the_real_formats():
+    """The test host's nvidia-smi stand-in must produce exactly what the parsers read from the real tool."""
+    records = [{"pid": 4242, "gpu": 3, "used_mib": 80000}]
+    gpus = parse_gpu_memory(render(list(GPU_QUERY[1:]), 8, records))
+    apps = parse_compute_apps(render(list(APPS_QUERY[1:]), 8, records))
+    real_line = (SAMPLES / "idle.gpu.csv").read_text().splitlines()[0]
+    stand_in_line = render(list(GPU_QUERY[1:]), 8, []).splitlines()[0]
+    assert [len(f) > 0 for f in stand_in_line.split(", ")] == [len(f) > 0 for f in real_line.split(", ")]
+    assert gpus[3].used_mib == 80003 and apps[0].pid == 4242 and apps[0].gpu_uuid == gpus[3].uuid
+    assert render(["--query-gpu=name", "--format=csv"], 8, []) is None  # anything else is refused
