@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import sys
 
 import optuna
 
@@ -32,6 +33,7 @@ def best_launch_script(study: optuna.Study, space: Space, host_spec: HostSpec) -
     metric = (study.metric_names or ["objective"])[0]
     header = (f"best of study {study.study_name}: trial {best.number}, {metric} = {best.value:.2f}"
               " (written by sweeper; *** marks secrets to fill in)")
-    python = host_spec.python or "python3"
+    # The same interpreter a sweep would use: the host's, or this one for the local host.
+    python = host_spec.python or (sys.executable if host_spec.transport == "local" else "python3")
     return format_launch_script(space, attrs.get("host_name", "?"), host_spec, dict(best.params),
                                 python, host_spec.base_port, header)
