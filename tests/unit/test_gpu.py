@@ -69,3 +69,17 @@ def test_the_stand_in_prints_the_real_formats():
     assert [len(f) > 0 for f in stand_in_line.split(", ")] == [len(f) > 0 for f in real_line.split(", ")]
     assert gpus[3].used_mib == 80003 and apps[0].pid == 4242 and apps[0].gpu_uuid == gpus[3].uuid
     assert render(["--query-gpu=name", "--format=csv"], 8, []) is None  # anything else is refused
+
+
+def test_real_h200_outputs_idle_busy_released():
+    """Captured from a real H200 (tests/fixtures/nvidia_smi/h200/README.md)."""
+    def real(name):
+        folder = SAMPLES / "h200"
+        return parse_snapshot((folder / f"{name}.gpu.csv").read_text(), (folder / f"{name}.apps.csv").read_text())
+
+    idle, busy, released = real("idle"), real("busy"), real("released")
+    assert len(idle.gpus) == 1 and idle.gpus[0].total_mib == 143771 and idle.apps == ()
+    assert busy.gpus[0].used_mib == 8719
+    holders = holders_above(busy, range(1), 1024)
+    assert [(h.pid, h.used_mib) for h in holders] == [(420, 8710)]
+    assert released.gpus[0].used_mib == 0 and released.apps == ()
