@@ -40,7 +40,7 @@ class Expr:
     names: frozenset[str]
 
     def evaluate(self, values: Mapping[str, Any]) -> Any:
-        return _eval(self.tree, values)
+        return _evaluate(self.tree, values)
 
 
 def parse_expr(source: str, known_names: set[str] | None = None) -> Expr:
@@ -68,7 +68,7 @@ _ALLOWED_NODES = (
 )
 
 
-def _eval(node: ast.expr, values: Mapping[str, Any]) -> Any:
+def _evaluate(node: ast.expr, values: Mapping[str, Any]) -> Any:
     match node:
         case ast.Constant(value=value):
             return value
@@ -77,26 +77,26 @@ def _eval(node: ast.expr, values: Mapping[str, Any]) -> Any:
                 raise Missing(name)
             return values[name]
         case ast.List(elts=elts) | ast.Tuple(elts=elts):
-            return tuple(_eval(e, values) for e in elts)
+            return tuple(_evaluate(e, values) for e in elts)
         case ast.UnaryOp(op=ast.Not(), operand=operand):
-            return not _eval(operand, values)
+            return not _evaluate(operand, values)
         case ast.UnaryOp(op=ast.USub(), operand=operand):
-            return -_eval(operand, values)
+            return -_evaluate(operand, values)
         case ast.UnaryOp(op=ast.UAdd(), operand=operand):
-            return +_eval(operand, values)
+            return +_evaluate(operand, values)
         case ast.BoolOp(op=ast.And(), values=parts):
-            return all(_eval(p, values) for p in parts)
+            return all(_evaluate(p, values) for p in parts)
         case ast.BoolOp(op=ast.Or(), values=parts):
-            return any(_eval(p, values) for p in parts)
+            return any(_evaluate(p, values) for p in parts)
         case ast.BinOp(left=left, op=op, right=right):
             try:
-                return _BINARY[type(op)](_eval(left, values), _eval(right, values))
+                return _BINARY[type(op)](_evaluate(left, values), _evaluate(right, values))
             except (ZeroDivisionError, TypeError) as exc:
                 raise ExprError(str(exc)) from None
         case ast.Compare(left=left, ops=ops, comparators=comparators):
-            current = _eval(left, values)
+            current = _evaluate(left, values)
             for op, right_node in zip(ops, comparators):
-                right = _eval(right_node, values)
+                right = _evaluate(right_node, values)
                 if not _COMPARE[type(op)](current, right):
                     return False
                 current = right

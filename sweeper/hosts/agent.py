@@ -21,7 +21,7 @@ from pathlib import Path
 
 from sweeper.hosts.procfs import (
     environ_has, environ_value, listening_inodes, live_group_members, read_cmdline, read_environ,
-    read_stat, socket_inodes_of,
+    read_stat, signal_server_group, socket_inodes_of,
 )
 
 TOKEN_VAR = "SWEEPER_RUN_TOKEN"
@@ -87,20 +87,6 @@ def op_status(req: dict) -> dict:
     return answer
 
 
-def _signal(proc: dict, ours: list[int], foreign: list[int], sig: int) -> None:
-    if not foreign:  # the whole group at once when it is all ours (no race with forks)
-        try:
-            os.killpg(proc["pgid"], sig)
-        except ProcessLookupError:
-            pass
-        return
-    for pid in ours:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
 def _wait_gone(proc: dict, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while _members(proc)[0]:
@@ -117,10 +103,10 @@ def op_stop(req: dict) -> dict:
     if not ours:
         return {"was_running": False, "signal": "none", "seconds": 0.0, "left_behind": [], "skipped_foreign": foreign}
     used = "SIGTERM"
-    _signal(proc, ours, foreign, signal.SIGTERM)
+    signal_server_group(proc["pgid"], ours, foreign, signal.SIGTERM)
     if not _wait_gone(proc, req["grace_s"]):
         used = "SIGKILL"
-        _signal(proc, _members(proc)[0], foreign, signal.SIGKILL)
+        signal_server_group(proc["pgid"], _members(proc)[0], foreign, signal.SIGKILL)
         _wait_gone(proc, 10.0)
     return {"was_running": True, "signal": used, "seconds": time.monotonic() - started,
             "left_behind": _members(proc)[0], "skipped_foreign": foreign}

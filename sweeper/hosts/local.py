@@ -18,7 +18,7 @@ from sweeper.hosts.base import TOKEN_VAR, ProcessDetails, ServerProcess, StopRep
 from sweeper.hosts.gpu import APPS_QUERY, GPU_QUERY, GpuParseError, GpuSnapshot, parse_snapshot
 from sweeper.hosts.procfs import (
     environ_has, environ_value, listening_inodes, live_group_members, read_cmdline, read_environ,
-    read_stat, socket_inodes_of,
+    read_stat, signal_server_group, socket_inodes_of,
 )
 
 
@@ -69,28 +69,13 @@ class LocalHost:
         if not ours:
             return StopReport(False, "none", 0.0, (), tuple(foreign))
         used = "SIGTERM"
-        self._signal(proc, ours, foreign, signal.SIGTERM)
+        signal_server_group(proc.pgid, ours, foreign, signal.SIGTERM)
         if not self._wait_gone(proc, grace_s):
             used = "SIGKILL"
-            self._signal(proc, self.owned_members(proc), foreign, signal.SIGKILL)
+            signal_server_group(proc.pgid, self.owned_members(proc), foreign, signal.SIGKILL)
             self._wait_gone(proc, 10.0)
         return StopReport(True, used, time.monotonic() - started,
                           tuple(self.owned_members(proc)), tuple(foreign))
-
-    @staticmethod
-    def _signal(proc: ServerProcess, ours: list[int], foreign: list[int], sig: int) -> None:
-        # The whole group at once when it is all ours (no race with forks); else only our pids.
-        try:
-            if not foreign:
-                os.killpg(proc.pgid, sig)
-                return
-        except ProcessLookupError:
-            return
-        for pid in ours:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
 
     def _wait_gone(self, proc: ServerProcess, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s

@@ -102,3 +102,19 @@ def environ_value(environ: bytes, name: str) -> str | None:
         if item.startswith(prefix):
             return item[len(prefix):].decode(errors="replace")
     return None
+
+
+def signal_server_group(pgid: int, ours: list[int], foreign: list[int], sig: int) -> None:
+    """Signal a server: its whole group at once when every member is ours (no race with forks),
+    else only our own pids. A foreign process is never signalled."""
+    if not foreign:
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            pass
+        return
+    for pid in ours:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
