@@ -23,7 +23,7 @@ demo: install
 
 # The SSH tests start a real OpenSSH server (tests/sshd.py): install it when it is missing.
 test-deps:
-	@test -x /usr/sbin/sshd || (apt-get update && apt-get install -y openssh-server)
+	@test -x /usr/sbin/sshd || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server)
 
 test: install-test test-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider
