@@ -4,7 +4,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STUDY ?= demo-sim-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: demo test test-deps install install-test clean
+REAL_STUDY := llamacpp-cpu-$(shell date +%Y%m%d-%H%M%S)
+# llama.cpp's llama-server, built once per machine into ~/.cache (scripts/build_llama_server.sh)
+LLAMA_SERVER := $(shell scripts/build_llama_server.sh --path)
+DEMO_MODEL := models/random-8x512.gguf
+
+.PHONY: demo demo-real test test-deps install install-test clean llama-server
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,11 +26,26 @@ demo: install
 	$(BIN)/sweeper leaderboard $(STUDY) --top 10 --csv results/$(STUDY)/leaderboard.csv
 	$(BIN)/sweeper sim best search_spaces/demo-sim.yaml --study $(STUDY)
 
-# The SSH tests start a real OpenSSH server (tests/sshd.py): install it when it is missing.
+llama-server: $(LLAMA_SERVER)
+
+$(LLAMA_SERVER): | $(BIN)/python
+	PYTHON=$(BIN)/python scripts/build_llama_server.sh
+
+$(DEMO_MODEL): | install
+	$(BIN)/sweeper models make-gguf --layers 8 --width 512 --seed 0 --out $(DEMO_MODEL)
+
+# A real engine here: sweep llama-server on a random-weight model (README "A real engine: llama.cpp").
+demo-real: install llama-server $(DEMO_MODEL)
+	$(BIN)/sweeper sweep search_spaces/llamacpp-cpu.yaml --study $(REAL_STUDY)
+	$(BIN)/sweeper leaderboard $(REAL_STUDY) --top 10
+
+# The SSH tests start a real OpenSSH server (tests/sshd.py) and the report tests open the report in
+# headless Chromium: install them when they are missing.
 test-deps:
 	@test -x /usr/sbin/sshd || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server)
+	@test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
-test: install-test test-deps
+test: install-test test-deps llama-server
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 clean:

@@ -18,7 +18,7 @@ import optuna
 from sweeper.config import load_space
 from sweeper.sim.best import best_config, modelled_objective
 from sweeper.space import config_key, suggest_config, violated_constraints
-from sweeper.study import choose_sampler
+from sweeper.samplers import build_sampler
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -26,7 +26,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 def one_search(space, budget: int, seed: int) -> tuple[float, int]:
     """Best modelled objective found within `budget` evaluations, and the failed launches."""
     study = optuna.create_study(direction=space.objective.direction,
-                                sampler=choose_sampler(space, budget, seed))
+                                sampler=build_sampler(space, budget, "auto", seed))
     for s in space.seeds:
         study.enqueue_trial(s.params)
     seen: dict[str, tuple[float, float]] = {}

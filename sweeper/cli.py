@@ -15,10 +15,12 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from sweeper.config import load_host, load_space
+from sweeper.config import Space, load_host, load_space
 from sweeper.errors import UserError
 from sweeper.hosts import Host, open_host
-from sweeper.results.leaderboard import best_trial, leaderboard_frame
+from sweeper.models.cli import models_app
+from sweeper.samplers import SAMPLERS
+from sweeper.results.leaderboard import best_trial
 from sweeper.results.show import format_show
 from sweeper.results.table import format_leaderboard_table
 from sweeper.resume import check_space_unchanged
@@ -31,12 +33,24 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Find the fastest safe server configuration by measuring it.")
 sim_app = typer.Typer(no_args_is_help=True, help="The embedded simulator.")
 app.add_typer(sim_app, name="sim")
+app.add_typer(models_app, name="models")
 # Piped output gets a wide page rather than rich's 80 columns, so tables stay readable in logs.
 console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 RESULTS_OPT = typer.Option(Path("results"), "--results", help="Folder holding one folder per study.")
 STORAGE_OPT = typer.Option(None, "--storage", help="Any Optuna storage URL (default: SQLite in the study folder).")
+
+
+def parse_duration(text: str) -> float:
+    """'6h', '90m', '45s' or plain seconds -> seconds."""
+    units = {"h": 3600, "m": 60, "s": 1}
+    try:
+        if text[-1:] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except ValueError:
+        raise UserError(f"--time-budget: expected a duration like 6h, 90m or 45s, got {text!r}") from None
 
 
 def main() -> None:
@@ -96,19 +110,38 @@ class RichEvents:
         self.live.update(self.render())
 
 
-def _sweep(handle: StudyHandle, host: Host, top: int) -> None:
+def _with_progress(handle: StudyHandle, host: Host, run) -> None:
+    """Run trials with the live progress line; Ctrl-C stops the server and says how to resume."""
     try:
         with interrupts_as_keyboard(), Live("starting", console=console, refresh_per_second=4,
                                              transient=True) as live:
-            run_sweep(handle, host, RichEvents(live))
+            run(RichEvents(live))
     except KeyboardInterrupt:
         err.print(f"[yellow]interrupted:[/] the running server was stopped and the trial recorded. "
                   f"Continue with: sweeper resume {handle.name} --results {handle.results_dir}")
         raise typer.Exit(130) from None
     finally:
         host.close()
+
+
+def _sweep(handle: StudyHandle, host: Host, top: int, seed: int | None = None,
+           time_budget_s: float | None = None) -> None:
+    _with_progress(handle, host, lambda events: run_sweep(handle, host, events, seed, time_budget_s))
     console.print(format_leaderboard_table(handle.study, top))
     console.print(f"study [bold]{handle.name}[/] in {handle.dir}")
+
+
+def _open_new_study(space_file: Path, space: Space, hosts: Path, host: str, name: str, results: Path,
+                    storage: str | None, budget: int, sampler: str | None,
+                    enqueue_seeds: bool = True) -> tuple[StudyHandle, Host]:
+    host_spec = load_host(hosts, host)
+    connected = open_host(host, host_spec)  # before the study exists: an unreachable host leaves nothing
+    try:
+        return create_study(name, space, space_file, host, host_spec, results, storage, budget, sampler,
+                            enqueue_seeds), connected
+    except BaseException:
+        connected.close()
+        raise
 
 
 @app.command()
@@ -121,20 +154,20 @@ def sweep(
     storage: Optional[str] = STORAGE_OPT,
     results: Path = RESULTS_OPT,
     top: int = typer.Option(10, "--top", help="Rows of the leaderboard printed at the end."),
+    sampler: Optional[str] = typer.Option(None, "--sampler", help=f"{'|'.join(SAMPLERS)} (default: the space's search.sampler, auto)."),
+    time_budget: Optional[str] = typer.Option(None, "--time-budget", help="Stop starting trials after this long, e.g. 6h, 90m."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Sampler seed, for a reproducible search."),
 ) -> None:
     """Create a study and run it to its budget."""
     with user_errors():
         space = load_space(space_file)
-        host_spec = load_host(hosts, host)
         name = study or f"{space.name}-{datetime.now():%Y%m%d-%H%M%S}"
-        budget = trials or space.budget.trials
-        connected = open_host(host, host_spec)  # before the study exists: an unreachable host leaves nothing
-        try:
-            handle = create_study(name, space, space_file, host, host_spec, results, storage, budget)
-        except BaseException:
-            connected.close()
-            raise
-        _sweep(handle, connected, top)
+        if sampler is not None and sampler not in SAMPLERS:
+            raise UserError(f"--sampler: expected one of {', '.join(SAMPLERS)}, got {sampler!r}")
+        seconds = parse_duration(time_budget) if time_budget else None
+        handle, connected = _open_new_study(space_file, space, hosts, host, name, results, storage,
+                                            trials or space.budget.trials, sampler)
+        _sweep(handle, connected, top, seed, seconds)
 
 
 @app.command()
@@ -144,6 +177,7 @@ def resume(
     storage: Optional[str] = STORAGE_OPT,
     results: Path = RESULTS_OPT,
     top: int = typer.Option(10, "--top"),
+    time_budget: Optional[str] = typer.Option(None, "--time-budget", help="Stop starting trials after this long, e.g. 6h."),
     hosts: Path = typer.Option(Path("hosts.yaml"), "--hosts", help="Hosts file: secret env values of the host."),
 ) -> None:
     """Continue an interrupted study to its budget."""
@@ -165,24 +199,48 @@ def resume(
         except BaseException:
             host.close()
             raise
-        _sweep(handle, host, top)
+        _sweep(handle, host, top, None, parse_duration(time_budget) if time_budget else None)
 
 
 @app.command()
 def leaderboard(
     study: str = typer.Argument(...),
-    top: int = typer.Option(10, "--top", help="Rows shown."),
-    csv: Optional[Path] = typer.Option(None, "--csv", help="Write every trial, one row each, to this CSV."),
+    top: Optional[int] = typer.Option(None, "--top", min=1, help="Rows shown (default 10) and, when given, rows exported."),
+    level: Optional[int] = typer.Option(None, "--level", help="Rank by the objective's metric at this concurrency level."),
+    feasible_only: bool = typer.Option(False, "--feasible-only", help="Only trials that rank."),
+    csv: Optional[Path] = typer.Option(None, "--csv", help="Write the rows, one per trial, to this CSV."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="... to this JSON file (a list of records)."),
+    parquet: Optional[Path] = typer.Option(None, "--parquet", help="... to this Parquet file."),
     storage: Optional[str] = STORAGE_OPT,
     results: Path = RESULTS_OPT,
 ) -> None:
-    """The trials ranked by the objective; failures and duplicates never rank."""
+    """The trials ranked by the objective; failures, duplicates and invalid levels never rank."""
+    from sweeper.results.export import build_export_frame, write_export
+
     with user_errors():
         optuna_study = load_study(study, results, storage)
-        console.print(format_leaderboard_table(optuna_study, top))
-        if csv:
-            leaderboard_frame(optuna_study).to_csv(csv, index=False)
-            console.print(f"wrote {csv}")
+        console.print(format_leaderboard_table(optuna_study, top or 10, level, feasible_only))
+        exports = [(path, fmt) for path, fmt in ((csv, "csv"), (json_out, "json"), (parquet, "parquet")) if path]
+        if exports:
+            frame = build_export_frame(optuna_study, level, feasible_only, top)
+            for path, fmt in exports:
+                console.print(f"wrote {write_export(frame, path, fmt)}")
+
+
+@app.command()
+def report(
+    study: str = typer.Argument(...),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder for report.html and report.md (default: the study's folder)."),
+    storage: Optional[str] = STORAGE_OPT,
+    results: Path = RESULTS_OPT,
+) -> None:
+    """One self-contained HTML report (and its Markdown twin), rebuilt from storage."""
+    from sweeper.results.report import build_report, write_report
+
+    with user_errors():
+        optuna_study = load_study(study, results, storage)
+        written = write_report(build_report(optuna_study), out or results / study)
+        console.print(f"wrote {written[0]} and {written[1]}")
 
 
 @app.command()
@@ -235,6 +293,107 @@ def best(
             console.print(f"trial {trial.number}: {trial.value:.2f}  {trial.params}")
 
 
+@app.command()
+def ablate(
+    space_file: Path = typer.Argument(..., help="Search-space YAML file."),
+    baseline: str = typer.Option(..., "--baseline", help="A seed name of the space, or a YAML file of parameter values."),
+    repeats: int = typer.Option(2, "--repeats", min=1, help="Runs of every config, interleaved."),
+    hosts: Path = typer.Option(Path("hosts.yaml"), "--hosts"),
+    host: str = typer.Option("local", "--host"),
+    study: Optional[str] = typer.Option(None, "--study", help="Study name (default: space name + ablation + time)."),
+    storage: Optional[str] = STORAGE_OPT,
+    results: Path = RESULTS_OPT,
+) -> None:
+    """The baseline, then each single-lever change from it: each lever's delta with a 95% CI."""
+    from sweeper.ablation import Measured, sampled_config, single_lever_changes, summarize_ablation
+    from sweeper.results.ablation_table import format_ablation_table
+    from sweeper.study import enqueue_runs, measured_runs, run_queue
+
+    with user_errors():
+        space = load_space(space_file)
+        base = _baseline_params(space, baseline)
+        changes = single_lever_changes(space, base)
+        runs = [run for _ in range(repeats) for run in
+                [("baseline", sampled_config(space, base))] + [(f"{lever}={value}", config) for lever, value, config in changes]]
+        name = study or f"{space.name}-ablation-{datetime.now():%Y%m%d-%H%M%S}"
+        handle, connected = _open_new_study(space_file, space, hosts, host, name, results, storage, len(runs), "random",
+                                              enqueue_seeds=False)
+        handle.study.set_user_attr("reference_seed", "baseline")
+        enqueue_runs(handle.study, runs, seed_label="baseline")
+        _with_progress(handle, connected, lambda events: run_queue(handle, connected, events))
+        maximize = space.objective.direction == "maximize"
+        rows = summarize_ablation([Measured(label, value) for label, value in measured_runs(handle.study)], maximize)
+        handle.study.set_user_attr("ablation", rows)
+        console.print(format_ablation_table(rows, f"ablation from {baseline} ({repeats} runs each): "
+                                                  f"{space.objective.metric} at C={space.objective_level}"))
+        console.print(f"study [bold]{handle.name}[/] in {handle.dir}")
+
+
+def _baseline_params(space: Space, baseline: str) -> dict:
+    seeds = {seed.name: seed.params for seed in space.seeds}
+    if baseline in seeds:
+        return dict(seeds[baseline])
+    path = Path(baseline)
+    if not path.is_file():
+        raise UserError(f"--baseline: {baseline!r} is neither a seed of {space.name} "
+                        f"({', '.join(seeds) or 'none'}) nor a file")
+    import yaml
+
+    params = yaml.safe_load(path.read_text())
+    unknown = sorted(set(params or {}) - set(space.parameters)) if isinstance(params, dict) else ["<not a mapping>"]
+    if unknown:
+        raise UserError(f"{path}: not parameters of {space.name}: {', '.join(map(str, unknown))}")
+    return params
+
+
+@app.command()
+def validate(
+    study: str = typer.Argument(...),
+    top: int = typer.Option(3, "--top", min=1, help="Finalists: the best K feasible configs."),
+    repeats: int = typer.Option(3, "--repeats", min=1, help="Fresh servers per finalist, interleaved."),
+    hosts: Path = typer.Option(Path("hosts.yaml"), "--hosts"),
+    storage: Optional[str] = STORAGE_OPT,
+    results: Path = RESULTS_OPT,
+) -> None:
+    """Re-run the top K configs on fresh servers in interleaved order; declare the winner with its CI."""
+    from sweeper.ablation import Measured, summarize_finalists
+    from sweeper.config import parse_space
+    from sweeper.results.leaderboard import leaderboard_frame
+    from sweeper.results.ablation_table import format_finalists_table
+    from sweeper.study import enqueue_runs, measured_runs, run_queue
+
+    with user_errors():
+        source = load_study(study, results, storage)
+        frame = leaderboard_frame(source)
+        finalists = frame[frame["feasible"]].head(top)
+        if finalists.empty:
+            raise UserError(f"study {study!r} has no feasible trial to validate")
+        attrs = source.user_attrs
+        space = parse_space(attrs["space_text"], f"{attrs['space_path']} (copy stored in the study)")
+        by_number = {t.number: t for t in source.get_trials(deepcopy=False)}
+        labels = {f"trial {int(n)}": dict(by_number[int(n)].params) for n in finalists["trial"]}
+        runs = [(label, params) for _ in range(repeats) for label, params in labels.items()]
+        name = f"{study}-validate-{datetime.now():%Y%m%d-%H%M%S}"
+        handle, connected = _open_new_study(Path(attrs["space_path"]), space, hosts, attrs["host_name"], name,
+                                            results, storage, len(runs), "random", enqueue_seeds=False)
+        handle.study.set_user_attr("reference_text", attrs.get("reference_text"))
+        enqueue_runs(handle.study, runs)
+        _with_progress(handle, connected, lambda events: run_queue(handle, connected, events))
+        maximize = space.objective.direction == "maximize"
+        rows = summarize_finalists([Measured(label, value) for label, value in measured_runs(handle.study)], maximize)
+        source.set_user_attr("validation", {"study": name, "rows": rows})
+        console.print(format_finalists_table(rows, f"finalists of {study}, {repeats} fresh runs each"))
+        original = list(labels)
+        ranked = [row["config"] for row in rows]
+        winner = rows[0]
+        if ranked != original:
+            console.print(f"[yellow]ranking changed:[/] sweep order {original}, validated order {ranked}")
+        if winner["mean"] is None:
+            raise UserError("every finalist failed on re-run; see the validation study's trials")
+        console.print(f"winner: {winner['config']} {space.objective.metric} = {winner['mean']:.2f} "
+                      f"± {winner['ci95']:.2f} (95% CI)")
+
+
 @sim_app.command("best")
 def sim_best(
     space_file: Path = typer.Argument(..., help="Search-space YAML file (engine: sim)."),
@@ -263,6 +422,91 @@ def sim_best(
             modelled = modelled_objective(space, best.params)
             console.print(f"study {study}: best trial {best.number} measured {best.value:.2f}, modelled "
                           f"{modelled:.2f} = {100 * modelled / result.value:.1f}% of the optimum")
+
+
+@app.command()
+def load(
+    url: str = typer.Argument(..., help="Base URL of a server already up, e.g. http://127.0.0.1:30000."),
+    concurrency: str = typer.Option("1,4,16", "--concurrency", help="Levels: requests in flight (caps with --request-rate)."),
+    input_len: int = typer.Option(128, "--input-len", min=1),
+    output_len: int = typer.Option(32, "--output-len", min=2),
+    requests_per_level: int = typer.Option(0, "--requests-per-level", min=0,
+                                           help="At least this many requests per level (and at least 2 rounds of C)."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model name (default: the first of /v1/models)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write one object per level (bench_serving key names)."),
+    api: str = typer.Option("completions", "--api", help="completions (token-id prompts) or chat (text prompts)."),
+    repeats: int = typer.Option(1, "--repeats", min=1, help="Measured runs per level; the median is kept."),
+    request_rate: Optional[float] = typer.Option(None, "--request-rate", min=0.0,
+                                                 help="Open loop at this many requests/s (Poisson unless --fixed-rate)."),
+    fixed_rate: bool = typer.Option(False, "--fixed-rate", help="Evenly spaced sends instead of Poisson."),
+    slo_ttft_ms: Optional[float] = typer.Option(None, "--slo-ttft-ms", help="TTFT SLO for goodput."),
+    slo_tpot_ms: Optional[float] = typer.Option(None, "--slo-tpot-ms", help="TPOT SLO for goodput."),
+    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="tokenizer.json (or its folder): exact-length text prompts."),
+    continuous_usage: bool = typer.Option(True, "--continuous-usage/--no-continuous-usage",
+                                          help="Ask for usage in every chunk (exact counts when chunks merge)."),
+    min_tokens: bool = typer.Option(False, "--min-tokens", help="Also send min_tokens = output length."),
+    timeout: float = typer.Option(600.0, "--timeout", help="Seconds per request."),
+    stall_timeout: Optional[float] = typer.Option(None, "--stall-timeout", help="No byte for this long: the request stalled."),
+    time_scale: float = typer.Option(1.0, "--time-scale", help="The simulator's wall/modelled clock ratio."),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Measure a running server with sweeper's client and metrics; launches nothing."""
+    import json as json_module
+
+    from sweeper.loadgen.client import StreamOptions
+    from sweeper.loadgen.endpoints import APIS
+    from sweeper.loadgen.ladder import LoadPlan, bench_serving_record, discover_model, run_load
+    from sweeper.loadgen.workload import tokenizer_from_file
+
+    with user_errors():
+        try:
+            levels = tuple(int(c) for c in concurrency.split(","))
+        except ValueError:
+            raise UserError(f"--concurrency: expected numbers like 1,4,16, got {concurrency!r}") from None
+        if not levels or min(levels) < 1:
+            raise UserError("--concurrency: levels must be >= 1")
+        if api not in APIS:
+            raise UserError(f"--api: one of {', '.join(APIS)}, got {api!r}")
+        if not model:
+            try:
+                model = discover_model(url)
+            except ValueError as exc:
+                raise UserError(str(exc)) from None
+        plan = LoadPlan(
+            concurrency=levels, input_len=input_len, output_len=output_len,
+            requests_per_level=requests_per_level, repeats=repeats, seed=seed,
+            request_rate=request_rate or None, poisson=not fixed_rate,
+            slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, time_scale=time_scale,
+            tokenizer=tokenizer_from_file(str(tokenizer)) if tokenizer else None,
+            options=StreamOptions(api=api, timeout_s=timeout, stall_timeout_s=stall_timeout,
+                                  min_tokens=min_tokens, continuous_usage=continuous_usage),
+        )
+        table = Table(title=f"{url}  model {model}  input {input_len}  output {output_len}")
+        for name in ("C", "completed", "out tok/s", "total tok/s", "req/s", "TTFT p50/p99 ms",
+                     "ITL p50/p99 ms", "TPOT p50 ms", "e2e p50 ms", "achieved C", "goodput", "valid"):
+            table.add_column(name, justify="right")
+
+        def show_level(level: int, m: dict) -> None:
+            goodput = "-" if m.get("request_goodput") is None else f"{m['request_goodput']:.2f}"
+            verdict = "[green]yes[/]" if m["valid"] else "[red]no[/]: " + "; ".join(m["invalid_reasons"])
+            if m.get("unstable"):
+                verdict += f" [yellow](unstable, CV {m['cv_output_throughput']:.1%})[/]"
+            table.add_row(str(level), f"{m['completed']}/{m['completed'] + m['failed']}",
+                          f"{m['output_throughput']:.1f}", f"{m['total_throughput']:.1f}",
+                          f"{m['request_throughput']:.2f}",
+                          f"{m['median_ttft_ms']:.1f}/{m['p99_ttft_ms']:.1f}",
+                          f"{m['median_itl_ms']:.2f}/{m['p99_itl_ms']:.2f}", f"{m['median_tpot_ms']:.2f}",
+                          f"{m['median_e2e_latency_ms']:.0f}", f"{m['concurrency']:.2f}", goodput, verdict)
+            err.print(f"C={level}: {m['output_throughput']:.1f} output tok/s", highlight=False)
+
+        results = run_load(url, model, plan, on_level=show_level)
+        console.print(table)
+        if json_path:
+            records = [bench_serving_record(m) for m in results]
+            json_path.write_text(json_module.dumps(records, indent=2) + "\n")
+            console.print(f"wrote {json_path}")
+        if not all(m["valid"] for m in results):
+            raise typer.Exit(3)
 
 
 if __name__ == "__main__":

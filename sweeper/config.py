@@ -130,6 +130,34 @@ Param = Annotated[
 ]
 
 
+class DerivedParam(_Param):
+    """A value computed from the sampled parameters (never sampled itself), e.g. `ep_size: tp_size`."""
+
+    expr: str
+
+
+class Rule(Strict):
+    """A static incompatibility: configs for which `forbid` is true are recorded infeasible with
+    `reason`, without a launch."""
+
+    forbid: str
+    reason: str
+
+
+class Slo(Strict):
+    """Service-level limits at the objective level; a config that breaks one is infeasible, and the
+    load ladder stops as soon as a level breaks it (latency only grows with concurrency)."""
+
+    p99_ttft_ms: float | None = Field(None, gt=0)
+    p99_tpot_ms: float | None = Field(None, gt=0)
+
+
+class Search(Strict):
+    sampler: Literal["auto", "tpe", "brute", "random", "grid"] = "auto"
+    abandon_below: float = Field(0.0, ge=0, le=1, description=(
+        "stop the ladder when even a linear extrapolation cannot reach this fraction of the best"))
+
+
 class Seed(Strict):
     name: str
     params: dict[str, Scalar]
@@ -144,6 +172,13 @@ class Workload(Strict):
     warmup_rounds: int = Field(1, ge=0, description="rounds of C requests sent first, not measured")
     request_timeout_s: float = Field(600.0, gt=0)
     seed: int = 0
+    # measurement options (sweeper/loadgen; README "Workload keys")
+    repeats: int = Field(1, ge=1, description="measured runs per level; the median one is kept")
+    slo_ttft_ms: float | None = Field(None, gt=0, description="TTFT SLO for goodput")
+    slo_tpot_ms: float | None = Field(None, gt=0, description="TPOT SLO for goodput")
+    min_tokens: bool = Field(False, description="also send min_tokens = output_len")
+    continuous_usage_stats: bool = Field(True, description="ask for usage in every chunk")
+    stall_timeout_s: float | None = Field(None, gt=0, description="no byte this long: a stall")
 
     @field_validator("concurrency")
     @classmethod
@@ -165,6 +200,17 @@ class Objective(Strict):
     direction: Literal["maximize", "minimize"] = "maximize"
 
 
+class Target(Strict):
+    """What the deployment must reach: the report gives the gap from the best config to it."""
+
+    metric: Literal[
+        "output_throughput", "total_throughput", "request_throughput",
+        "median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "median_e2e_latency_ms",
+    ] = "output_throughput"
+    value: float = Field(gt=0)
+    level: int | None = Field(None, description="concurrency level; default the highest")
+
+
 class Budget(Strict):
     trials: int = Field(16, ge=1, description="real GPU evaluations; duplicates are free")
 
@@ -179,21 +225,32 @@ class Launch(Strict):
 class OutputCheck(Strict):
     prompt: str = "The capital of France is"
     max_tokens: int = Field(16, ge=1)
+    # auto: compare with the study's reference, or run the garbage detector before there is one;
+    # reference-only: compare with the reference when there is one, never run the detector;
+    # none: only require that a generation succeeds (random-weight models, whose near-tied logits
+    # make greedy tokens flip with any numerics-changing lever: threads, batch, KV type)
+    mode: Literal["auto", "reference-only", "none"] = "auto"
 
 
 class Space(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    engine: Literal["sim", "sglang"]
+    engine: Literal["sim", "sglang", "llamacpp"]
     model: str
     description: str = ""
     fixed_flags: dict[str, Scalar] = {}
     fixed_env: dict[str, str] = {}
     parameters: dict[str, Param] = Field(min_length=1)
+    derived: dict[str, DerivedParam] = {}
     constraints: list[str] = []
+    rules: list[Rule] = []
     seeds: list[Seed] = []
     reference: str | None = Field(None, description="name of the seed whose output is the reference")
     workload: Workload = Workload()
     objective: Objective = Objective()
+    slo: Slo = Slo()
+    search: Search = Search()
+    # the YAML key `target`; the attribute has another name because Space.target(name) is a method
+    perf_target: Target | None = Field(None, alias="target")
     budget: Budget = Budget()
     launch: Launch = Launch()
     check: OutputCheck = OutputCheck()
@@ -202,8 +259,20 @@ class Space(Strict):
     def objective_level(self) -> int:
         return self.objective.level or max(self.workload.concurrency)
 
+    @property
+    def names(self) -> set[str]:
+        """Every name a config can hold: sampled and derived parameters."""
+        return set(self.parameters) | set(self.derived)
+
+    def target(self, name: str) -> "_Param":
+        """Where a config value goes (its flag or environment variable)."""
+        return self.parameters[name] if name in self.parameters else self.derived[name]
+
     def parsed_constraints(self) -> list[Expr]:
-        return [parse_expr(c, set(self.parameters)) for c in self.constraints]
+        return [parse_expr(c, self.names) for c in self.constraints]
+
+    def parsed_rules(self) -> list[tuple[Expr, str]]:
+        return [(parse_expr(rule.forbid, self.names), rule.reason) for rule in self.rules]
 
 
 # ---------------------------------------------------------------- loading
@@ -250,11 +319,26 @@ def _cross_check_space(space: Space) -> list[tuple[KeyPath, str]]:
             if other not in names[:index]:
                 problems.append((("parameters", name, "when", other),
                                  f"a condition must name a parameter defined above {name!r}"))
+    for name, derived in space.derived.items():
+        if name in space.parameters:
+            problems.append((("derived", name), "already a sampled parameter"))
+        try:
+            parse_expr(derived.expr, set(names))
+        except ExprError as exc:
+            problems.append((("derived", name, "expr"), str(exc)))
+        for other in derived.when:
+            if other not in names:
+                problems.append((("derived", name, "when", other), "a condition must name a sampled parameter"))
     for index, source in enumerate(space.constraints):
         try:
-            parse_expr(source, set(names))
+            parse_expr(source, space.names)
         except ExprError as exc:
             problems.append((("constraints", index), str(exc)))
+    for index, rule in enumerate(space.rules):
+        try:
+            parse_expr(rule.forbid, space.names)
+        except ExprError as exc:
+            problems.append((("rules", index, "forbid"), str(exc)))
     seed_names = [seed.name for seed in space.seeds]
     for index, seed in enumerate(space.seeds):
         for key in seed.params:
@@ -265,6 +349,8 @@ def _cross_check_space(space: Space) -> list[tuple[KeyPath, str]]:
     level = space.objective.level
     if level is not None and level not in space.workload.concurrency:
         problems.append((("objective", "level"), f"{level} is not one of workload.concurrency"))
+    if space.perf_target and space.perf_target.level not in (None, *space.workload.concurrency):
+        problems.append((("target", "level"), f"{space.perf_target.level} is not one of workload.concurrency"))
     return problems
 
 

@@ -2,8 +2,8 @@
 
 The language is a small subset of Python expressions: parameter names, numbers, strings,
 True/False/None, lists/tuples of those, arithmetic (+ - * / // % **), comparisons
-(< <= > >= == != in, not in, chained), and/or/not and parentheses. Anything else is refused
-when the space file is loaded, not when a trial runs.
+(< <= > >= == != in, not in, chained), and/or/not, `a if cond else b` and parentheses.
+Anything else is refused when the space file is loaded, not when a trial runs.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def parse_expr(source: str, known_names: set[str] | None = None) -> Expr:
 
 _ALLOWED_NODES = (
     ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd,
-    ast.BinOp, ast.Compare, ast.Constant, ast.Name, ast.Load, ast.List, ast.Tuple,
+    ast.BinOp, ast.Compare, ast.Constant, ast.Name, ast.Load, ast.List, ast.Tuple, ast.IfExp,
     *_BINARY, *_COMPARE,
 )
 
@@ -88,6 +88,8 @@ def _evaluate(node: ast.expr, values: Mapping[str, Any]) -> Any:
             return all(_evaluate(p, values) for p in parts)
         case ast.BoolOp(op=ast.Or(), values=parts):
             return any(_evaluate(p, values) for p in parts)
+        case ast.IfExp(test=test, body=body, orelse=orelse):
+            return _evaluate(body, values) if _evaluate(test, values) else _evaluate(orelse, values)
         case ast.BinOp(left=left, op=op, right=right):
             try:
                 return _BINARY[type(op)](_evaluate(left, values), _evaluate(right, values))

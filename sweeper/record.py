@@ -8,11 +8,12 @@ from dataclasses import asdict
 from typing import Any
 
 from sweeper.config import Space
-from sweeper.trial import TrialOutcome
+from sweeper.trial import Failure, TrialOutcome
 
 # The same constraint keys on every trial (Optuna 5 counts a trial without constraints as
 # feasible). A value > 0 means violated.
-CONSTRAINT_KEYS = ("config_fault",)
+CONSTRAINT_KEYS = ("config_fault", "slo")
+ABANDONED = "abandoned"  # a partial ladder stopped because it could not catch the incumbent
 LOG_TAIL_CHARS = 4000
 
 
@@ -31,8 +32,43 @@ def worst_value(space: Space) -> float:
     return 0.0 if space.objective.direction == "maximize" else 1e12
 
 
-def constraint_values(outcome: TrialOutcome) -> dict[str, float]:
-    return {"config_fault": 1.0 if outcome.failure is not None else 0.0}
+def constraint_values(outcome: TrialOutcome, space: Space) -> dict[str, float]:
+    """config_fault: the config failed (crash, garbage, rule...); slo: by how much (relative) the
+    worst SLO was exceeded at a measured level up to the objective level."""
+    fault = outcome.failure is not None and outcome.failure.kind not in ("slo", ABANDONED)
+    return {"config_fault": 1.0 if fault else 0.0, "slo": slo_excess(space, outcome.levels)}
+
+
+def slo_excess(space: Space, levels: dict[int, dict]) -> float:
+    worst = 0.0
+    for level, metrics in levels.items():
+        if level <= space.objective_level:
+            for limit_name, metric_name in _SLO_METRICS.items():
+                limit = getattr(space.slo, limit_name)
+                value = metrics.get(metric_name)
+                if limit is not None and value is not None and math.isfinite(value):
+                    worst = max(worst, value / limit - 1.0)
+    return worst
+
+
+_SLO_METRICS = {"p99_ttft_ms": "p99_ttft_ms", "p99_tpot_ms": "p99_tpot_ms"}
+
+
+def judge_level(space: Space, level: int, metrics: dict, incumbent: float | None) -> Failure | None:
+    """Stop the ladder early: an SLO already broken (latency only grows with concurrency), or a
+    config that cannot reach `search.abandon_below` of the incumbent even if throughput grew
+    linearly with concurrency from here (an optimistic bound for a batching server)."""
+    if level <= space.objective_level and slo_excess(space, {level: metrics}) > 0:
+        return Failure("load", "slo", f"SLO broken at concurrency {level}")
+    fraction = space.search.abandon_below
+    metric = space.objective.metric
+    if (fraction > 0 and incumbent and metric.endswith("throughput") and level < space.objective_level
+            and metrics.get("valid")):
+        optimistic = metrics.get(metric, 0.0) * space.objective_level / level
+        if optimistic < fraction * incumbent:
+            return Failure("load", ABANDONED, f"at most {optimistic:.2f} at concurrency "
+                           f"{space.objective_level} (linear bound), below {fraction:.0%} of the best {incumbent:.2f}")
+    return None
 
 
 def outcome_attrs(outcome: TrialOutcome) -> dict[str, Any]:

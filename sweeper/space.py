@@ -11,14 +11,14 @@ from typing import Any, Iterator
 import optuna
 
 from sweeper.config import BoolParam, CategoricalParam, FloatParam, IntParam, Space
-from sweeper.expr import ExprError, Missing
+from sweeper.expr import ExprError, Missing, parse_expr
 
 Config = dict[str, Any]
 
 
 def is_active(space: Space, name: str, config: Config) -> bool:
     """A parameter with `when:` exists only when every named parameter has one of the values."""
-    for other, wanted in space.parameters[name].when.items():
+    for other, wanted in space.target(name).when.items():
         allowed = wanted if isinstance(wanted, list) else [wanted]
         if other not in config or config[other] not in allowed:
             return False
@@ -40,7 +40,30 @@ def suggest_config(trial: optuna.Trial, space: Space) -> Config:
                 config[name] = trial.suggest_int(name, param.low, param.high, step=param.step, log=param.log)
             case FloatParam():
                 config[name] = trial.suggest_float(name, param.low, param.high, step=param.step, log=param.log)
+    return with_derived(space, config)
+
+
+def with_derived(space: Space, sampled: Config) -> Config:
+    """The sampled values plus the derived ones (computed, never sampled)."""
+    config = dict(sampled)
+    for name, derived in space.derived.items():
+        if is_active(space, name, config):
+            try:
+                config[name] = parse_expr(derived.expr).evaluate(sampled)
+            except Missing:
+                continue
     return config
+
+
+def excluded_by_rule(space: Space, config: Config) -> str | None:
+    """The reason of the first static rule that forbids this config, if any."""
+    for expr, reason in space.parsed_rules():
+        try:
+            if expr.evaluate(config):
+                return reason
+        except (Missing, ExprError):
+            continue
+    return None
 
 
 def violated_constraints(space: Space, config: Config) -> list[str]:
@@ -92,6 +115,7 @@ def enumerate_configs(space: Space) -> Iterator[Config]:
         for name, value in zip(names, combo):
             if is_active(space, name, config):
                 config[name] = value
+        config = with_derived(space, config)
         key = config_key(config)
         if key not in seen:
             seen.add(key)

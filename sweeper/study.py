@@ -17,13 +17,16 @@ from optuna.trial import FrozenTrial, TrialState
 import sweeper
 from sweeper.config import HostSpec, Space, load_hosts, space_fingerprint
 from sweeper.engines import get_engine
+from sweeper.engines.flags import flag_problems, parse_help_flags
 from sweeper.errors import InfraError, UserError
 from sweeper.hosts import Host, ServerProcess
 from sweeper.hosts.procfs import read_stat
-from sweeper.record import constraint_values, objective_value, outcome_attrs
-from sweeper.results.leaderboard import best_trial
+from sweeper.record import ABANDONED, constraint_values, judge_level, objective_value, outcome_attrs
+from sweeper.results.leaderboard import best_trial, is_evaluation, is_feasible
+from sweeper.results.provenance import engine_provenance
 from sweeper.redact import MASK, redact_env, redact_url
-from sweeper.space import config_key, count_configs, parameter_values, suggest_config
+from sweeper.samplers import build_sampler
+from sweeper.space import config_key, suggest_config
 from sweeper.trial import TrialContext, run_trial
 
 MAX_RETRIES = 2
@@ -64,26 +67,6 @@ def study_exists(storage: optuna.storages.BaseStorage, name: str) -> bool:
 
 # ---------------------------------------------------------------- samplers
 
-def choose_sampler(space: Space, budget: int, seed: int | None = None) -> optuna.samplers.BaseSampler:
-    """Brute force when the discrete space is small next to the budget, else multivariate TPE."""
-    size = count_configs(space) if _upper_bound(space) <= 200_000 else None
-    if size is not None and size <= 3 * budget:
-        return optuna.samplers.BruteForceSampler(seed=seed)
-    return optuna.samplers.TPESampler(multivariate=True, group=True, seed=seed,
-                                      n_startup_trials=max(3, min(10, budget // 5)),
-                                      warn_independent_sampling=False)
-
-
-def _upper_bound(space: Space) -> float:
-    bound = 1.0
-    for param in space.parameters.values():
-        try:
-            bound *= len(parameter_values(param))
-        except ValueError:
-            return float("inf")
-    return bound
-
-
 # ---------------------------------------------------------------- events for the progress view
 
 class SweepEvents(Protocol):
@@ -122,7 +105,8 @@ class StudyHandle:
 
 
 def create_study(name: str, space: Space, space_path: Path, host_name: str, host_spec: HostSpec,
-                 results_dir: Path, storage: str | None, budget: int) -> StudyHandle:
+                 results_dir: Path, storage: str | None, budget: int, sampler: str | None = None,
+                 enqueue_seeds: bool = True) -> StudyHandle:
     url = storage_url(results_dir, name, storage)
     study_dir(results_dir, name).mkdir(parents=True, exist_ok=True)
     rdb = open_storage(url)
@@ -142,13 +126,15 @@ def create_study(name: str, space: Space, space_path: Path, host_name: str, host
         "host_name": host_name,
         "host_spec": {**host_spec.model_dump(mode="json"), "env": redact_env(host_spec.env)},
         "budget": budget,
+        "sampler": sampler or space.search.sampler,
         "storage": redact_url(url),
         "created_at": time.time(),
+        **engine_provenance(space),  # engine_version, gpu_model ("" when not known)
     }
     for key, value in attrs.items():
         study.set_user_attr(key, value)
     (study_dir(results_dir, name) / "space.yaml").write_text(attrs["space_text"])
-    for seed in space.seeds:
+    for seed in space.seeds if enqueue_seeds else ():
         study.enqueue_trial(seed.params, user_attrs={"seed": seed.name})
     return StudyHandle(study, space, host_name, host_spec, results_dir)
 
@@ -205,12 +191,11 @@ def controller_alive(identity: dict | None) -> bool:
 
 def evaluations(study: optuna.Study) -> int:
     """Real evaluations so far: finished trials that launched a server (duplicates are free)."""
-    return sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-               if t.user_attrs.get("launched"))
+    return sum(1 for t in study.get_trials(deepcopy=False) if is_evaluation(t))
 
 
 def find_duplicate(study: optuna.Study, key: str, number: int) -> FrozenTrial | None:
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
         if t.number != number and t.user_attrs.get("config_key") == key and "duplicate_of" not in t.user_attrs:
             return t
     return None
@@ -224,9 +209,9 @@ def settle_reference(handle: StudyHandle, trial: optuna.Trial, output: str | Non
     """The reference comes from the seed the space names, or else from two different configs that
     agree, so a garbage first trial cannot become the reference."""
     study = handle.study
-    if output is None or reference_text(study) is not None:
-        return
-    named = handle.space.reference
+    if output is None or reference_text(study) is not None or handle.space.check.mode == "none":
+        return  # check.mode none: outputs are never compared, so no reference
+    named = study.user_attrs.get("reference_seed", handle.space.reference)
     if named is not None and trial.user_attrs.get("seed") == named:
         study.set_user_attr("reference_text", output)
         study.set_user_attr("reference_source", f"seed {named} (trial {trial.number})")
@@ -241,13 +226,15 @@ def settle_reference(handle: StudyHandle, trial: optuna.Trial, output: str | Non
 def make_objective(handle: StudyHandle, host: Host, events: SweepEvents) -> Callable[[optuna.Trial], float]:
     space, study = handle.space, handle.study
     engine = get_engine(space.engine)
+    known_flags = installed_flags(study, space, host)
 
     def objective(trial: optuna.Trial) -> float:
         config = suggest_config(trial, space)
         key = config_key(config)
         trial.set_user_attr("config_key", key)
         trial.set_user_attr("host", handle.host_name)
-        if duplicate := find_duplicate(study, key, trial.number):
+        repeat = trial.user_attrs.get("measure_again")  # ablation and finalist repeats are measured
+        if not repeat and (duplicate := find_duplicate(study, key, trial.number)):
             return _copy_duplicate(trial, duplicate)
         events.trial_started(trial.number, evaluations(study) + 1, handle.budget, config)
         trial_dir = handle.dir / "trials" / str(trial.number)
@@ -261,15 +248,17 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents) -> Call
         def on_started(proc: ServerProcess) -> None:
             trial.set_user_attr("process", proc.to_dict())
 
-        def on_level(level: int, metrics: dict) -> None:
+        def on_level(level: int, metrics: dict):
             value = metrics.get(space.objective.metric)
             if value is not None and metrics.get("valid"):
                 trial.report(float(value), step=level)
+            return judge_level(space, level, metrics, _best_value(study))
 
         ctx = TrialContext(space=space, engine=engine, host=host, host_spec=handle.host_spec,
                            trial_dir=trial_dir, reference_text=reference_text(study),
                            on_stage=on_stage, on_started=on_started, on_level=on_level,
-                           known_servers=lambda: study_servers(study, handle.host_name))
+                           known_servers=lambda: study_servers(study, handle.host_name),
+                           known_flags=known_flags)
         try:
             outcome = run_trial(ctx, config)
         except KeyboardInterrupt:
@@ -281,7 +270,7 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents) -> Call
             raise
         for name, value in outcome_attrs(outcome).items():
             trial.set_user_attr(name, value)
-        for name, value in constraint_values(outcome).items():
+        for name, value in constraint_values(outcome, space).items():
             trial.set_constraint(name, value)
         settle_reference(handle, trial, outcome.output_text if outcome.ok else None)
         value = objective_value(space, outcome)
@@ -289,6 +278,8 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents) -> Call
             {"config": config, "value": value, **outcome_attrs(outcome)}, indent=2, default=str))
         trial.set_user_attr("stage", "done")
         events.trial_finished(trial.number, _summary(outcome, value), _best_value(study))
+        if outcome.failure and outcome.failure.kind == ABANDONED:
+            raise optuna.TrialPruned(outcome.failure.message)  # a partial result, recorded as such
         return value
 
     return objective
@@ -296,6 +287,8 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents) -> Call
 
 def _copy_duplicate(trial: optuna.Trial, duplicate: FrozenTrial) -> float:
     trial.set_user_attr("duplicate_of", duplicate.number)
+    if duplicate.state == TrialState.PRUNED:
+        raise optuna.TrialPruned(f"duplicate of abandoned trial {duplicate.number}")
     for name, value in (duplicate.constraints or {}).items():
         trial.set_constraint(name, value)
     return duplicate.value
@@ -333,18 +326,71 @@ class BudgetCallback:
             study.stop()
 
 
-def run_sweep(handle: StudyHandle, host: Host, events: SweepEvents, sampler_seed: int | None = None) -> None:
-    """Run trials until the budget of evaluations is spent or the sampler runs out of configs."""
+def run_sweep(handle: StudyHandle, host: Host, events: SweepEvents, sampler_seed: int | None = None,
+              time_budget_s: float | None = None) -> None:
+    """Run trials until the budget of evaluations is spent, the sampler runs out of configs, or
+    this run's time budget passes (checked between trials)."""
     study = handle.study
-    study.sampler = choose_sampler(handle.space, handle.budget, sampler_seed)
+    name = study.user_attrs.get("sampler", handle.space.search.sampler)
+    study.sampler = build_sampler(handle.space, handle.budget, name, sampler_seed)
     study.set_user_attr("controller", controller_identity())
     remaining = handle.budget - evaluations(study)
     if remaining <= 0:
         return
     # Duplicates and rule-excluded configs are free, so allow many more trials than evaluations.
     study.optimize(make_objective(handle, host, events), n_trials=remaining * 20 + 20,
-                   callbacks=[BudgetCallback(handle.budget)], catch=(InfraError,),
-                   gc_after_trial=False)
+                   timeout=time_budget_s, callbacks=[BudgetCallback(handle.budget)],
+                   catch=(InfraError,), gc_after_trial=False)
+
+
+def installed_flags(study: optuna.Study, space: Space, host: Host) -> dict[str, list[str] | None]:
+    """The installed engine's flags from its --help, read once per engine version and kept in the
+    study; the space's fixed flags are checked at once (every trial would fail on them)."""
+    engine = get_engine(space.engine)
+    python = host.python()
+    version = host.run(engine.version_argv(python), timeout_s=60)
+    version_text = (version.stdout.strip() or version.stderr.strip())  # llama-server prints to stderr
+    key = f"{space.engine} {version_text or '?'} ({python})"
+    cached = study.user_attrs.get("engine_flags")
+    if cached and cached.get("key") == key:
+        return cached["flags"]
+    result = host.run(engine.help_argv(python), timeout_s=300)
+    if result.returncode != 0:
+        raise UserError(f"cannot read the engine's flags on {host.name}: {result.describe()}")
+    flags = parse_help_flags(result.stdout)
+    fixed = get_engine(space.engine).build_launch_spec(space, {}, HostSpec(transport="local"), 1, python)
+    if problems := flag_problems(fixed.argv, flags, short=getattr(engine, "checks_short_flags", False)):
+        raise UserError(f"the space's fixed flags do not fit {key}: {'; '.join(problems)}")
+    study.set_user_attr("engine_flags", {"key": key, "flags": flags})
+    study.set_user_attr("engine_version", version_text)
+    return flags
+
+
+def enqueue_runs(study: optuna.Study, runs: list[tuple[str, dict]], seed_label: str | None = None) -> None:
+    """Queue configs to be measured as given (no dedupe): ablation levers, finalist repeats."""
+    for label, params in runs:
+        attrs = {"label": label, "measure_again": True}
+        if seed_label is not None and label == seed_label:
+            attrs["seed"] = seed_label
+        study.enqueue_trial(params, user_attrs=attrs)
+
+
+def run_queue(handle: StudyHandle, host: Host, events: SweepEvents) -> None:
+    """Run exactly the queued trials (and nothing the sampler would propose)."""
+    study = handle.study
+    study.set_user_attr("controller", controller_identity())
+    waiting = len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+    if waiting:
+        study.optimize(make_objective(handle, host, events), n_trials=waiting, catch=(InfraError,),
+                       gc_after_trial=False)
+
+
+def measured_runs(study: optuna.Study) -> list[tuple[str, float | None]]:
+    """(label, objective or None when the run failed) of every labelled, finished trial."""
+    reference = reference_text(study)
+    return [(t.user_attrs["label"], t.value if is_feasible(t, reference) else None)
+            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if "label" in t.user_attrs]
 
 
 # ---------------------------------------------------------------- recovery after a dead controller

@@ -21,14 +21,16 @@ import requests
 
 from sweeper.config import HostSpec, Launch, OutputCheck, Space, Workload
 from sweeper.engines.base import Engine, EngineInfo, LaunchSpec, classify_log
+from sweeper.engines.flags import flag_problems
 from sweeper.errors import InfraError
+from sweeper.garbage import garbage_reasons
 from sweeper.hosts.base import Host, ServerProcess, StopReport
 from sweeper.hosts.gate import check_gpus_before_launch, wait_gpus_released
-from sweeper.loadgen.client import LoadgenError, complete, run_level
-from sweeper.loadgen.metrics import summarize_level
+from sweeper.loadgen.client import LoadgenError, StreamOptions, complete, run_level
+from sweeper.loadgen.metrics import combine_repeats, summarize_level
 from sweeper.loadgen.workload import build_prompt_token_ids
 from sweeper.redact import redact_env
-from sweeper.space import violated_constraints
+from sweeper.space import excluded_by_rule, violated_constraints
 
 LOG_TAIL_LINES = 40
 
@@ -65,8 +67,10 @@ class TrialContext:
     reference_text: str | None = None
     on_stage: Callable[[str], None] = lambda stage: None
     on_started: Callable[[ServerProcess], None] = lambda proc: None
-    on_level: Callable[[int, dict], None] = lambda level, metrics: None
-    known_servers: Callable[[], list[ServerProcess]] = lambda: []  # this study's, for the GPU gate
+    # Judges each measured level; a Failure returned stops the ladder (SLO broken, abandoned).
+    on_level: Callable[[int, dict], "Failure | None"] = lambda level, metrics: None
+    known_servers: Callable[[], list[ServerProcess]] = lambda: []
+    known_flags: Mapping[str, list[str] | None] | None = None  # the installed engine's --help  # this study's, for the GPU gate
 
 
 # ---------------------------------------------------------------- verdicts of wait_ready
@@ -94,6 +98,8 @@ class TimedOut:
 
 def preflight(space: Space, config: Mapping[str, Any], host: Host, base_port: int) -> Failure | int:
     """A free port for the server, or the failure that means no launch is needed."""
+    if reason := excluded_by_rule(space, config):
+        return Failure("preflight", "rule", reason)
     broken = violated_constraints(space, config)
     if broken:
         return Failure("preflight", "constraint", "violates: " + "; ".join(broken))
@@ -187,40 +193,52 @@ def _get_status(url: str) -> int | None:
 
 
 def check_output(base_url: str, model: str, check: OutputCheck, reference: str | None) -> tuple[str, Failure | None]:
-    """A greedy completion of the fixed prompt, compared with the study's reference when it has one."""
+    """A greedy completion of the fixed prompt, compared with the study's reference when it has one,
+    else judged by the garbage detector (so a garbage first trial can neither win nor set the reference)."""
     try:
         text = complete(base_url, model, check.prompt, max_tokens=check.max_tokens, timeout_s=120.0).text
     except LoadgenError as exc:
         return "", Failure("check_output", "generation_error", str(exc))
+    if check.mode == "none":
+        return text, None  # a generation succeeded: all this mode asks
     if reference is not None and text != reference:
         return text, Failure("check_output", "garbage_output",
                              f"greedy output differs from the reference: {text[:80]!r} vs {reference[:80]!r}")
+    if reference is None and check.mode == "auto" and (reasons := garbage_reasons(text)):
+        return text, Failure("check_output", "garbage_output", f"{'; '.join(reasons)}: {text[:80]!r}")
     return text, None
 
 
 def run_ladder(base_url: str, model: str, workload: Workload, time_scale: float, trial_dir: Path,
-               on_level: Callable[[int, dict], None], still_alive: Callable[[], bool]) -> tuple[dict[int, dict], Failure | None]:
-    """Each level: a warmup (not measured), then exactly C requests in flight until its requests run out."""
+               on_level: Callable[[int, dict], Failure | None], still_alive: Callable[[], bool]) -> tuple[dict[int, dict], Failure | None]:
+    """Each level: a warmup (not measured), then `repeats` runs with exactly C requests in flight
+    until their requests run out; the median repeat is kept, with the repeats' CV."""
     levels: dict[int, dict] = {}
     samples_dir = trial_dir / "samples"
     samples_dir.mkdir(parents=True, exist_ok=True)
+    options = StreamOptions(timeout_s=workload.request_timeout_s, stall_timeout_s=workload.stall_timeout_s,
+                            min_tokens=workload.min_tokens, continuous_usage=workload.continuous_usage_stats)
     for concurrency in workload.concurrency:
         warmup = build_prompt_token_ids(workload.warmup_rounds * concurrency, workload.input_len,
                                         seed=workload.seed + 10_000 + concurrency)
         if warmup:
-            run_level(base_url, model, warmup, workload.output_len, concurrency,
-                      timeout_s=workload.request_timeout_s)
-        prompts = build_prompt_token_ids(workload.requests_at(concurrency), workload.input_len,
-                                         seed=workload.seed + concurrency)
-        samples, start, end = run_level(base_url, model, prompts, workload.output_len, concurrency,
-                                        timeout_s=workload.request_timeout_s)
-        (samples_dir / f"c{concurrency}.json").write_text(json.dumps([asdict(s) for s in samples]))
-        metrics = summarize_level(samples, concurrency, end - start, time_scale=time_scale,
-                                  requested_output_len=workload.output_len)
+            run_level(base_url, model, warmup, workload.output_len, concurrency, options=options)
+        repeats = []
+        for repeat in range(workload.repeats):  # fresh prompts each repeat: no prefix-cache hits
+            prompts = build_prompt_token_ids(workload.requests_at(concurrency), workload.input_len,
+                                             seed=workload.seed + concurrency + 100_000 * repeat)
+            run = run_level(base_url, model, prompts, workload.output_len, concurrency, options=options)
+            suffix = "" if repeat == 0 else f".r{repeat + 1}"  # c<C>.json stays the first repeat
+            (samples_dir / f"c{concurrency}{suffix}.json").write_text(json.dumps([asdict(s) for s in run.samples]))
+            repeats.append(summarize_level(run.samples, concurrency, run.duration_s, time_scale=time_scale,
+                                           requested_output_len=workload.output_len, lag=run.lag,
+                                           slo_ttft_ms=workload.slo_ttft_ms, slo_tpot_ms=workload.slo_tpot_ms))
+        metrics = combine_repeats(repeats)
         levels[concurrency] = metrics
-        on_level(concurrency, metrics)
         if not still_alive():
             return levels, Failure("load", "crash_under_load", f"server died at concurrency {concurrency}")
+        if verdict := on_level(concurrency, metrics):
+            return levels, verdict
     return levels, None
 
 
@@ -248,6 +266,10 @@ def run_trial(ctx: TrialContext, config: Mapping[str, Any]) -> TrialOutcome:
         return outcome
     port = port_or_failure
     spec = ctx.engine.build_launch_spec(space, config, ctx.host_spec, port, ctx.host.python())
+    short = getattr(ctx.engine, "checks_short_flags", False)
+    if ctx.known_flags is not None and (problems := flag_problems(spec.argv, ctx.known_flags, short=short)):
+        outcome.failure = Failure("preflight", "unsupported_flag", "; ".join(problems))
+        return outcome
     ctx.host.take_disruption()  # only a connection drop during this trial makes it an infra fault
     with timer("launch"):
         proc = launch(ctx.host, spec, ctx.trial_dir)
@@ -286,6 +308,11 @@ def _serve_and_measure(ctx: TrialContext, outcome: TrialOutcome, timer: Callable
         outcome.levels, outcome.failure = run_ladder(
             base_url, space.model, space.workload, ctx.engine.clock_scale(space), ctx.trial_dir,
             ctx.on_level, lambda: ctx.host.is_alive(proc))
+    objective_level = outcome.levels.get(space.objective_level)
+    if outcome.failure is None and objective_level is not None and not objective_level.get("valid"):
+        # An invalid measurement never scores: recorded with its reasons, never ranked.
+        reasons = "; ".join(objective_level.get("invalid_reasons") or ["invalid"])
+        outcome.failure = Failure("load", "invalid_measurement", reasons)
 
 
 @contextmanager

@@ -1,10 +1,11 @@
 """Engine adapters by name."""
 
 from sweeper.engines.base import Engine
+from sweeper.engines.llamacpp import LlamaCppEngine
 from sweeper.engines.sglang import SGLangEngine
 from sweeper.engines.sim import SimEngine
 
-ENGINES: dict[str, type] = {"sglang": SGLangEngine, "sim": SimEngine}
+ENGINES: dict[str, type] = {"sglang": SGLangEngine, "sim": SimEngine, "llamacpp": LlamaCppEngine}
 
 
 def get_engine(name: str) -> Engine:

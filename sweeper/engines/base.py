@@ -47,6 +47,14 @@ class Engine(Protocol):
         """Wall seconds per modelled second (1.0 for real engines)."""
         ...
 
+    def help_argv(self, python: str) -> list[str]:
+        """The command whose output lists the installed engine's flags (checked before launch)."""
+        ...
+
+    def version_argv(self, python: str) -> list[str]:
+        """The command that prints the installed engine's version (the flag table's cache key)."""
+        ...
+
 
 def classify_log(text: str, signatures: Sequence[Signature]) -> Signature | None:
     """The first failure signature found in `text`, in table order (most specific first)."""

@@ -44,9 +44,9 @@ def build_sglang_argv(module: str, space: Space, config: Mapping[str, Any], port
     for flag, value in space.fixed_flags.items():
         argv += flag_args(flag, value)
     for name, value in config.items():
-        param = space.parameters[name]
-        if param.flag:
-            argv += flag_args(param.flag, value)
+        target = space.target(name)
+        if target.flag:
+            argv += flag_args(target.flag, value)
     return argv
 
 
@@ -54,15 +54,23 @@ def build_env(space: Space, config: Mapping[str, Any], host: HostSpec) -> dict[s
     """Host env, then the space's fixed env, then parameters: the most specific wins."""
     env = {**host.env, **space.fixed_env}
     for name, value in config.items():
-        param = space.parameters[name]
-        if param.env:
-            env[param.env] = env_value(value)
+        target = space.target(name)
+        if target.env:
+            env[target.env] = env_value(value)
     return env
 
 
 class SGLangEngine:
     info = SGLANG_INFO
     module = "sglang.launch_server"
+    distribution = "sglang"  # the package whose version the flag table is cached under
+
+    def help_argv(self, python: str) -> list[str]:
+        return [python, "-m", self.module, "--help"]
+
+    def version_argv(self, python: str) -> list[str]:
+        return [python, "-c", "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))",
+                self.distribution]
 
     def build_launch_spec(self, space: Space, config: Mapping[str, Any], host: HostSpec,
                           port: int, python: str) -> LaunchSpec:

@@ -15,6 +15,7 @@ TIME_SCALE_FLAG = "--time-scale"
 class SimEngine(SGLangEngine):
     info = replace(SGLANG_INFO, name="sim")
     module = "sweeper.sim"
+    distribution = "sweeper"
 
     def clock_scale(self, space: Space) -> float:
         return float(space.fixed_flags.get(TIME_SCALE_FLAG) or 1.0)

@@ -158,7 +158,17 @@ def op_gpu(req: dict) -> dict:
     return {"found": True, "outputs": outputs}
 
 
-OPS = {"start": op_start, "status": op_status, "stop": op_stop, "read_log": op_read_log,
+def op_run(req: dict) -> dict:
+    """A short command (an engine's --help or version), argv as given: no shell."""
+    try:
+        run = subprocess.run(req["argv"], capture_output=True, text=True, timeout=req["timeout_s"],
+                             env={**os.environ, **req.get("env", {})}, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"returncode": -1, "stdout": "", "stderr": f"{type(exc).__name__}: {exc}"}
+    return {"returncode": run.returncode, "stdout": run.stdout[-200_000:], "stderr": run.stderr[-20_000:]}
+
+
+OPS = {"run": op_run, "start": op_start, "status": op_status, "stop": op_stop, "read_log": op_read_log,
        "port_free": op_port_free, "listens": op_listens, "details": op_details, "gpu": op_gpu}
 
 

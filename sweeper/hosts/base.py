@@ -31,6 +31,20 @@ class ServerProcess:
 
 
 @dataclass(frozen=True)
+class CommandResult:
+    """A short command run on a host; raising from it shows argv, exit code and output tails."""
+
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def describe(self) -> str:
+        tail = (self.stderr or self.stdout).strip()[-500:]
+        return f"{' '.join(self.argv)} exited {self.returncode}: {tail}"
+
+
+@dataclass(frozen=True)
 class StopReport:
     was_running: bool
     signal: str  # "none" | "SIGTERM" | "SIGKILL"
@@ -52,6 +66,11 @@ class ProcessDetails:
 
 class Host(Protocol):
     name: str
+
+    def run(self, argv: Sequence[str], env: Mapping[str, str] | None = None,
+            timeout_s: float = 120.0) -> CommandResult:
+        """A short command on the host (no shell)."""
+        ...
 
     def start_detached(self, argv: Sequence[str], env: Mapping[str, str], cwd: str,
                        log_path: str, token: str) -> ServerProcess: ...

@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 
 from sweeper.config import HostSpec
 from sweeper.errors import UserError
-from sweeper.hosts.base import TOKEN_VAR, ProcessDetails, ServerProcess, StopReport
+from sweeper.hosts.base import TOKEN_VAR, CommandResult, ProcessDetails, ServerProcess, StopReport
 from sweeper.hosts.gpu import APPS_QUERY, GPU_QUERY, GpuParseError, GpuSnapshot, parse_snapshot
 from sweeper.hosts.procfs import (
     environ_has, environ_value, listening_inodes, live_group_members, read_cmdline, read_environ,
@@ -26,6 +26,15 @@ class LocalHost:
     def __init__(self, name: str, spec: HostSpec):
         self.name, self.spec = name, spec
         self._children: dict[int, subprocess.Popen] = {}  # reaped on every check
+
+    def run(self, argv: Sequence[str], env: Mapping[str, str] | None = None,
+            timeout_s: float = 120.0) -> CommandResult:
+        try:
+            done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s,
+                                  env={**os.environ, **self.spec.env, **(env or {})}, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return CommandResult(tuple(argv), -1, "", f"{type(exc).__name__}: {exc}")
+        return CommandResult(tuple(argv), done.returncode, done.stdout, done.stderr)
 
     def start_detached(self, argv: Sequence[str], env: Mapping[str, str], cwd: str,
                        log_path: str, token: str) -> ServerProcess:

@@ -32,7 +32,7 @@ import paramiko
 from sweeper.config import HostSpec
 from sweeper.errors import InfraError, UserError
 from sweeper.hosts.agent import build_agent_source
-from sweeper.hosts.base import TOKEN_VAR, ProcessDetails, ServerProcess, StopReport
+from sweeper.hosts.base import TOKEN_VAR, CommandResult, ProcessDetails, ServerProcess, StopReport
 from sweeper.hosts.forward import LocalForward
 from sweeper.hosts.gpu import APPS_QUERY, GPU_QUERY, GpuParseError, GpuSnapshot, parse_snapshot
 from sweeper.hosts.launch_script import build_env_json, build_launch_script, build_remote_run_dir
@@ -260,6 +260,12 @@ class SSHHost:
                                         f"{self.spec.reconnect_timeout_s:.0f}s: {exc}") from None
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
+
+    def run(self, argv: Sequence[str], env: Mapping[str, str] | None = None,
+            timeout_s: float = 120.0) -> CommandResult:
+        answer = self._agent("run", {"argv": list(argv), "env": {**self.spec.env, **(env or {})},
+                                     "timeout_s": timeout_s}, timeout_s=timeout_s + 30)
+        return CommandResult(tuple(argv), answer["returncode"], answer["stdout"], answer["stderr"])
 
     def take_disruption(self) -> str | None:
         with self._lock:

@@ -1,7 +1,13 @@
-"""Async client for OpenAI-style /v1/completions: closed-loop streaming load, one-shot calls.
+"""Async streaming client for OpenAI-style /v1/completions and /v1/chat/completions.
 
-Timing follows SGLang bench_serving: a request starts when it is sent, its TTFT ends at the first
-chunk carrying non-empty text, and every later non-empty chunk is one inter-token step.
+Closed loop (exactly C requests in flight until the prompts run out), open loop (requests sent on
+a fixed or Poisson schedule), and one-shot calls. Timing follows SGLang bench_serving: a request
+starts when it is sent, its TTFT ends at the first chunk carrying non-empty text, and every later
+non-empty chunk is one inter-token step. Every level run also measures the client's own event-loop
+lag (lag.py), so a level the client could not keep up with is marked invalid, not believed.
+
+aiohttp over httpx: on one core it ingests about 2x the streamed tokens per second
+(bench/README.md, "Capacity").
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from typing import Any
 
 import aiohttp
 
+from sweeper.loadgen.endpoints import Api, build_request_body, choice_text, endpoint_url
+from sweeper.loadgen.lag import LagStats, LoopLagMonitor
 from sweeper.loadgen.sse import SseDataDecoder
 
 ERROR_BODY_CHARS = 200
@@ -86,7 +94,7 @@ class _StreamTally:
 
     def _add_choice(self, choice: dict, usage: dict, now: float) -> None:
         tokens = self._tokens_in_event(choice, usage)
-        if not choice.get("text"):
+        if not choice_text(choice):
             # SGLang emits empty-text chunks while the detokenizer holds back an incomplete
             # character; those tokens arrive with the next non-empty chunk.
             self._held_tokens += tokens
@@ -105,31 +113,60 @@ class _StreamTally:
         token_ids = choice.get("token_ids")
         if isinstance(token_ids, list):
             return len(token_ids)
+        delta = choice.get("delta")
+        if isinstance(delta, dict) and not delta.get("content") and (
+            delta.get("role") or delta.get("content") is None
+        ):
+            return 0  # a chat stream's opening role chunk or closing empty delta carries no token
         return 1
 
 
 def build_completion_payload(
     model: str, prompt: str | list[int], max_tokens: int, *, stream: bool, extra_body: dict | None
 ) -> dict[str, Any]:
-    """Request body: greedy; streamed load requests also ignore EOS so they run to max_tokens."""
-    payload: dict[str, Any] = {
-        "model": model,
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "temperature": 0,
-    }
-    if stream:
-        payload |= {"ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
-    return payload | (extra_body or {})
+    """/v1/completions body: greedy; streamed load requests also ignore EOS (endpoints.py)."""
+    return build_request_body(
+        "completions", model, prompt, max_tokens, stream=stream, extra_body=extra_body
+    )
 
 
 def build_completions_url(base_url: str) -> str:
-    return base_url.rstrip("/") + "/v1/completions"
+    return endpoint_url(base_url, "completions")
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """How each streamed request is sent and read (the same for every request of a level)."""
+
+    api: Api = "completions"
+    timeout_s: float = 300.0  # whole request
+    stall_timeout_s: float | None = None  # no byte for this long: the request failed as stalled
+    extra_body: dict | None = None
+    min_tokens: bool = False  # also send min_tokens = max_tokens (SGLang, vLLM)
+    continuous_usage: bool = False  # ask for cumulative usage in every chunk
+
+
+@dataclass
+class LevelRun:
+    """One measured run: samples in prompt order, its wall span (perf_counter s), the loop lag."""
+
+    samples: list[RequestSample]
+    start: float
+    end: float
+    lag: LagStats
+
+    @property
+    def duration_s(self) -> float:
+        return self.end - self.start
 
 
 def new_session() -> aiohttp.ClientSession:
     # limit=0: aiohttp's default pool of 100 (and any smaller cap) would silently bound concurrency.
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, limit_per_host=0))
+    # force_close: one connection per request, always (see _read_stream). Without it a response read
+    # to its end (e.g. [DONE] and the last chunk in one segment) goes back to the pool, and
+    # llama-server, which closes after each streamed response while advertising keep-alive, fails
+    # the next request on that connection ("Can not write request body").
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=True))
 
 
 def _connection_cap(session: aiohttp.ClientSession) -> int | None:
@@ -141,62 +178,115 @@ def _connection_cap(session: aiohttp.ClientSession) -> int | None:
     return min(caps) if caps else None
 
 
+def _check_session(session: aiohttp.ClientSession | None, concurrency: int) -> None:
+    if session is not None and (cap := _connection_cap(session)) is not None and cap < concurrency:
+        raise ValueError(
+            f"session connector allows {cap} connections, below concurrency {concurrency}"
+        )
+
+
+def _options(options: StreamOptions | None, timeout_s: float, extra_body: dict | None) -> StreamOptions:
+    if options is not None:
+        return options
+    return StreamOptions(timeout_s=timeout_s, extra_body=extra_body)
+
+
 async def run_closed_loop(
     base_url: str,
     model: str,
-    prompts: list[list[int]],
+    prompts: list[list[int]] | list[str],
     output_len: int,
     concurrency: int,
     *,
     timeout_s: float = 300.0,
     extra_body: dict | None = None,
     session: aiohttp.ClientSession | None = None,
-) -> tuple[list[RequestSample], float, float]:
+    options: StreamOptions | None = None,
+) -> LevelRun:
     """Send every prompt with exactly `concurrency` requests in flight until the prompts run out.
 
-    Returns (samples in prompt order, wall start, wall end) in perf_counter seconds. A failed
-    request becomes a sample with ok=False; nothing a server does makes this raise.
+    A failed request becomes a sample with ok=False; nothing a server does makes this raise.
+    `options` (when given) replaces timeout_s and extra_body.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-    if session is not None and (cap := _connection_cap(session)) is not None and cap < concurrency:
-        raise ValueError(
-            f"session connector allows {cap} connections, below concurrency {concurrency}"
-        )
-    url = build_completions_url(base_url)
+    _check_session(session, concurrency)
+    opts = _options(options, timeout_s, extra_body)
+    url = endpoint_url(base_url, opts.api)
     samples: list[RequestSample | None] = [None] * len(prompts)
     queue = iter(enumerate(prompts))  # shared by the workers: each takes the next prompt when free
 
     async def worker(client: aiohttp.ClientSession) -> None:
         for index, prompt in queue:
-            payload = build_completion_payload(
-                model, prompt, output_len, stream=True, extra_body=extra_body
-            )
-            samples[index] = await _send_streaming(
-                client, url, payload, len(prompt), output_len, timeout_s
-            )
+            samples[index] = await _send_streaming(client, url, model, prompt, output_len, opts)
 
     client = session or new_session()
     try:
-        wall_start = time.perf_counter()
-        await asyncio.gather(*(worker(client) for _ in range(min(concurrency, len(prompts)))))
-        wall_end = time.perf_counter()
+        async with LoopLagMonitor() as lag:
+            wall_start = time.perf_counter()
+            await asyncio.gather(*(worker(client) for _ in range(min(concurrency, len(prompts)))))
+            wall_end = time.perf_counter()
     finally:
         if session is None:
             await client.close()
-    return [s for s in samples if s is not None], wall_start, wall_end
+    return LevelRun([s for s in samples if s is not None], wall_start, wall_end, lag.stats())
+
+
+async def run_open_loop(
+    base_url: str,
+    model: str,
+    prompts: list[list[int]] | list[str],
+    output_len: int,
+    send_offsets_s: list[float],
+    *,
+    max_concurrency: int | None = None,
+    session: aiohttp.ClientSession | None = None,
+    options: StreamOptions | None = None,
+) -> LevelRun:
+    """Send prompt i at wall start + send_offsets_s[i] (workload.arrival_offsets_s builds a fixed
+    or Poisson schedule), whatever is still in flight; with max_concurrency, a request due while
+    that many are in flight waits for one to finish (as bench_serving's --max-concurrency)."""
+    if len(send_offsets_s) != len(prompts):
+        raise ValueError(f"{len(prompts)} prompts but {len(send_offsets_s)} send times")
+    if max_concurrency is not None and max_concurrency < 1:
+        raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+    _check_session(session, max_concurrency or 0)
+    opts = options or StreamOptions()
+    url = endpoint_url(base_url, opts.api)
+    gate = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+
+    async def one(client: aiohttp.ClientSession, prompt, due: float) -> RequestSample:
+        await asyncio.sleep(max(due - time.perf_counter(), 0.0))
+        if gate is None:
+            return await _send_streaming(client, url, model, prompt, output_len, opts)
+        async with gate:
+            return await _send_streaming(client, url, model, prompt, output_len, opts)
+
+    client = session or new_session()
+    try:
+        async with LoopLagMonitor() as lag:
+            wall_start = time.perf_counter()
+            samples = await asyncio.gather(
+                *(one(client, p, wall_start + t) for p, t in zip(prompts, send_offsets_s))
+            )
+            wall_end = time.perf_counter()
+    finally:
+        if session is None:
+            await client.close()
+    return LevelRun(list(samples), wall_start, wall_end, lag.stats())
 
 
 def run_level(
     base_url: str,
     model: str,
-    prompts: list[list[int]],
+    prompts: list[list[int]] | list[str],
     output_len: int,
     concurrency: int,
     *,
     timeout_s: float = 300.0,
     extra_body: dict | None = None,
-) -> tuple[list[RequestSample], float, float]:
+    options: StreamOptions | None = None,
+) -> LevelRun:
     """Blocking run_closed_loop for callers without an event loop (it makes its own session)."""
     return asyncio.run(
         run_closed_loop(
@@ -207,6 +297,7 @@ def run_level(
             concurrency,
             timeout_s=timeout_s,
             extra_body=extra_body,
+            options=options,
         )
     )
 
@@ -214,17 +305,29 @@ def run_level(
 async def _send_streaming(
     session: aiohttp.ClientSession,
     url: str,
-    payload: dict,
-    n_prompt_ids: int,
+    model: str,
+    prompt: str | list[int],
     output_len: int,
-    timeout_s: float,
+    opts: StreamOptions,
 ) -> RequestSample:
+    payload = build_request_body(
+        opts.api,
+        model,
+        prompt,
+        output_len,
+        stream=True,
+        extra_body=opts.extra_body,
+        min_tokens=opts.min_tokens,
+        continuous_usage=opts.continuous_usage,
+    )
     tally = _StreamTally()
     start = time.perf_counter()
     try:
-        error = await _read_stream(session, url, payload, timeout_s, tally)
+        error = await _read_stream(session, url, payload, opts, tally)
+    except aiohttp.ServerTimeoutError:  # sock_read: the only socket timeout set
+        error = f"stalled: no data for {opts.stall_timeout_s:g} s"
     except TimeoutError:
-        error = f"timeout after {timeout_s:g} s"
+        error = f"timeout after {opts.timeout_s:g} s"
     except Exception as exc:  # a bad server must cost one sample, never the whole level
         error = f"{type(exc).__name__}: {exc}"[:ERROR_BODY_CHARS]
     end = time.perf_counter()
@@ -237,7 +340,7 @@ async def _send_streaming(
         chunk_times=tally.chunk_times,
         chunk_tokens=tally.chunk_tokens,
         end=end,
-        prompt_tokens=tally.prompt_tokens if tally.prompt_tokens is not None else n_prompt_ids,
+        prompt_tokens=tally.prompt_tokens if tally.prompt_tokens is not None else _prompt_ids(prompt),
         output_tokens=tally.completion_tokens if tally.completion_tokens is not None else streamed,
         streamed_tokens=streamed,
         usage_reported=tally.completion_tokens is not None,
@@ -245,16 +348,25 @@ async def _send_streaming(
     )
 
 
+def _prompt_ids(prompt: str | list[int]) -> int:
+    """Input tokens when the server reports none: exact for token ids, 0 (unknown) for text."""
+    return len(prompt) if isinstance(prompt, list) else 0
+
+
 async def _read_stream(
-    session: aiohttp.ClientSession, url: str, payload: dict, timeout_s: float, tally: _StreamTally
+    session: aiohttp.ClientSession, url: str, payload: dict, opts: StreamOptions, tally: _StreamTally
 ) -> str:
     """Feed the response's events into tally; return an error text, or "" on success."""
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    timeout = aiohttp.ClientTimeout(total=opts.timeout_s, sock_read=opts.stall_timeout_s)
     async with session.post(url, json=payload, timeout=timeout) as response:
         if response.status != 200:
             body = await response.text(errors="replace")
             return f"HTTP {response.status}: {body[:ERROR_BODY_CHARS]}"
         decoder = SseDataDecoder()
+        # Returning at [DONE] leaves the body's end unread, so aiohttp closes the connection and
+        # the next request opens a new one (inside its TTFT: ~0.2 ms on loopback). Reusing it is
+        # not safe yet: through the SSH port forward, a kept connection whose server died is not
+        # closed, and a request sent into it hangs (tests/e2e/test_ssh_sweep.py).
         async for data in response.content.iter_any():
             now = time.perf_counter()
             for payload_text in decoder.feed(data):
@@ -278,11 +390,12 @@ async def complete_once(
     *,
     extra_body: dict | None = None,
     session: aiohttp.ClientSession | None = None,
+    api: Api = "completions",
 ) -> CompletionResult:
     """One greedy, non-streamed completion; raises LoadgenError unless it returns usable JSON."""
-    url = build_completions_url(base_url)
-    payload = build_completion_payload(
-        model, prompt, max_tokens, stream=False, extra_body=extra_body
+    url = endpoint_url(base_url, api)
+    payload = build_request_body(
+        api, model, prompt, max_tokens, stream=False, extra_body=extra_body
     )
     client = session or new_session()
     try:
@@ -306,7 +419,8 @@ async def complete_once(
 def _parse_completion(body: str, status: int, url: str) -> CompletionResult:
     try:
         raw = json.loads(body)
-        text = raw["choices"][0]["text"]
+        choice = raw["choices"][0]
+        text = choice["message"]["content"] if "message" in choice else choice["text"]
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         raise LoadgenError(
             f"unusable completion from {url}: {type(exc).__name__}: {body[:ERROR_BODY_CHARS]}",

@@ -2,6 +2,15 @@
 
 Pure functions over RequestSample lists. Only completed requests enter the latency and token
 statistics (as in bench_serving); failures make the level invalid instead.
+
+A level is invalid when: no request was sent; any request failed (HTTP error, error event,
+dropped connection, timeout, stall); the server sent no usage report (stream_options.include_usage)
+so the streamed count cannot be checked; the server's usage count disagrees with the tokens that
+streamed in; a request received fewer tokens than requested; the achieved concurrency is below
+MIN_CONCURRENCY_FRACTION of the target (closed loop only); or the client's own event loop lagged
+(p99 oversleep of its ticker above MAX_CLIENT_LAG_P99_MS: the client, not the server, was then
+adding latency). Repeats of a level (combine_repeats) are flagged `unstable`, not invalid, when
+the coefficient of variation of their output throughput exceeds UNSTABLE_CV.
 """
 
 from __future__ import annotations
@@ -12,10 +21,15 @@ from collections.abc import Sequence
 import numpy as np
 
 from sweeper.loadgen.client import RequestSample
+from sweeper.loadgen.lag import LagStats
 
 STAT_NAMES = ("mean", "median", "std", "p90", "p95", "p99")
 MAX_ERRORS_KEPT = 5
 MIN_CONCURRENCY_FRACTION = 0.95
+# Calibrated in bench/capacity.py: on one core the client's median TTFT/ITL stay within 0.5 ms of
+# the truth while the ticker's p99 oversleep stays below this (bench/README.md, "Capacity").
+MAX_CLIENT_LAG_P99_MS = 5.0
+UNSTABLE_CV = 0.05
 
 
 def percentile_summary(values_ms: Sequence[float], name: str) -> dict[str, float]:
@@ -61,13 +75,26 @@ def distinct_errors(samples: Sequence[RequestSample], limit: int = MAX_ERRORS_KE
     return list(errors)[:limit]
 
 
+def slo_met(sample: RequestSample, slo_ttft_s: float | None, slo_tpot_s: float | None) -> bool:
+    """Whether a completed request met both SLOs (an absent SLO is met); TPOT of a 1-token
+    request counts as 0, as in vLLM's goodput."""
+    if not sample.ok:
+        return False
+    if slo_ttft_s is not None and not sample.ttft <= slo_ttft_s:
+        return False
+    tpot = time_per_output_token_s(sample) or 0.0
+    return slo_tpot_s is None or tpot <= slo_tpot_s
+
+
 def invalid_reasons(
     samples: Sequence[RequestSample],
-    concurrency: int,
+    concurrency: int | None,
     achieved: float,
     requested_output_len: int | None,
+    lag: LagStats | None = None,
 ) -> list[str]:
-    """Why a level's numbers cannot be trusted; empty when they can."""
+    """Why a level's numbers cannot be trusted; empty when they can. concurrency=None (open
+    loop) skips the concurrency check."""
     if not samples:
         return ["no requests were sent"]
     completed = [s for s in samples if s.ok]
@@ -76,6 +103,12 @@ def invalid_reasons(
     if failed:
         reasons.append(
             f"{failed} of {len(samples)} requests failed: {distinct_errors(samples, 1)[0]}"
+        )
+    unreported = [s for s in completed if not s.usage_reported]
+    if unreported:
+        reasons.append(
+            f"{len(unreported)} requests: the server reported no usage, so the "
+            f"{unreported[0].streamed_tokens} tokens counted in the stream cannot be checked"
         )
     mismatched = [s for s in completed if s.usage_reported and s.output_tokens != s.streamed_tokens]
     if mismatched:
@@ -93,10 +126,15 @@ def invalid_reasons(
             f"{len(short)} requests received fewer tokens than requested "
             f"(e.g. {s.output_tokens} of {_expected_output_len(s, requested_output_len)})"
         )
-    if not achieved >= MIN_CONCURRENCY_FRACTION * concurrency:  # also catches NaN
-        reasons.append(
+    if concurrency is not None and not achieved >= MIN_CONCURRENCY_FRACTION * concurrency:
+        reasons.append(  # `not >=` also catches NaN
             f"achieved concurrency {achieved:.2f} below {MIN_CONCURRENCY_FRACTION:.0%} "
             f"of target {concurrency}"
+        )
+    if lag is not None and lag.p99_ms > MAX_CLIENT_LAG_P99_MS:
+        reasons.append(
+            f"client lagged: event-loop p99 lag {lag.p99_ms:.1f} ms above "
+            f"{MAX_CLIENT_LAG_P99_MS:g} ms (max {lag.max_ms:.1f} ms)"
         )
     return reasons
 
@@ -108,18 +146,24 @@ def _expected_output_len(sample: RequestSample, requested_output_len: int | None
 
 def summarize_level(
     samples: list[RequestSample],
-    concurrency: int,
+    concurrency: int | None,
     duration_s: float,
     *,
     time_scale: float = 1.0,
     requested_output_len: int | None = None,
+    lag: LagStats | None = None,
+    slo_ttft_ms: float | None = None,
+    slo_tpot_ms: float | None = None,
 ) -> dict:
     """bench_serving-style metrics for one concurrency level, with `valid` and `invalid_reasons`.
 
     duration_s is the wall time of the measured run. A simulator runs its clock at
     wall = modelled * time_scale, so every wall duration is divided by time_scale first and the
     result is in modelled seconds. requested_output_len=None checks each request against its own
-    requested_output_tokens; pass 0 to skip the length check.
+    requested_output_tokens; pass 0 to skip the length check. concurrency=None: an open-loop run
+    (no concurrency target). lag: the client's event-loop lag during the run (wall ms, unscaled).
+    request_goodput: completed requests meeting both SLOs (TTFT and TPOT, modelled ms) per
+    second, as bench_serving's goodput; None without SLOs.
     """
     if time_scale <= 0:
         raise ValueError(f"time_scale must be > 0, got {time_scale}")
@@ -132,7 +176,11 @@ def summarize_level(
     total_input = sum(s.prompt_tokens for s in completed)
     total_output = sum(s.output_tokens for s in completed)
     achieved = achieved_concurrency(latencies, dur)
-    reasons = invalid_reasons(samples, concurrency, achieved, requested_output_len)
+    reasons = invalid_reasons(samples, concurrency, achieved, requested_output_len, lag)
+    goodput = None
+    if slo_ttft_ms is not None or slo_tpot_ms is not None:
+        ttft_s, tpot_s = (None if v is None else v * time_scale / 1000.0 for v in (slo_ttft_ms, slo_tpot_ms))
+        goodput = _per_second(sum(slo_met(s, ttft_s, tpot_s) for s in completed), dur)
     return {
         "duration": dur,
         "completed": len(completed),
@@ -144,6 +192,9 @@ def summarize_level(
         "input_throughput": _per_second(total_input, dur),
         "output_throughput": _per_second(total_output, dur),
         "total_throughput": _per_second(total_input + total_output, dur),
+        "request_goodput": goodput,
+        "slo_ttft_ms": slo_ttft_ms,
+        "slo_tpot_ms": slo_tpot_ms,
         **percentile_summary(_to_ms(ttfts), "ttft"),
         **percentile_summary(_to_ms(itls), "itl"),
         **percentile_summary(_to_ms(tpots), "tpot"),
@@ -151,6 +202,9 @@ def summarize_level(
         "concurrency": achieved,
         "max_concurrent_requests": concurrency,
         "time_scale": time_scale,
+        "client_lag_median_ms": None if lag is None else lag.median_ms,
+        "client_lag_p99_ms": None if lag is None else lag.p99_ms,
+        "client_lag_max_ms": None if lag is None else lag.max_ms,
         "errors": distinct_errors(samples),
         "valid": not reasons,
         "invalid_reasons": reasons,
@@ -163,3 +217,42 @@ def _per_second(count: float, duration_s: float) -> float:
 
 def _to_ms(values_s: Sequence[float]) -> list[float]:
     return [v * 1000.0 for v in values_s]
+
+
+def coefficient_of_variation(values: Sequence[float]) -> float:
+    """Sample standard deviation over mean; 0.0 for fewer than two values, NaN for a zero mean."""
+    data = np.asarray(values, dtype=float)
+    if data.size < 2:
+        return 0.0
+    mean = float(np.mean(data))
+    return float(np.std(data, ddof=1)) / mean if mean else math.nan
+
+
+def combine_repeats(summaries: Sequence[dict]) -> dict:
+    """One level's summary from its repeats: the median repeat by output throughput (the lower
+    middle one for an even count), valid only when every repeat is, with `repeats`,
+    `repeat_output_throughputs`, `cv_output_throughput`, `unstable` (CV > UNSTABLE_CV) and
+    `median_repeat` (its index)."""
+    if not summaries:
+        raise ValueError("no repeats to combine")
+    throughputs = [s["output_throughput"] for s in summaries]
+    order = sorted(range(len(summaries)), key=lambda i: _nan_last(throughputs[i]))
+    middle = order[(len(order) - 1) // 2]
+    reasons = summaries[0]["invalid_reasons"] if len(summaries) == 1 else [
+        f"repeat {i + 1}: {reason}" for i, s in enumerate(summaries) for reason in s["invalid_reasons"]
+    ]
+    cv = coefficient_of_variation(throughputs)
+    return {
+        **summaries[middle],
+        "repeats": len(summaries),
+        "median_repeat": middle,
+        "repeat_output_throughputs": throughputs,
+        "cv_output_throughput": cv,
+        "unstable": not cv <= UNSTABLE_CV,
+        "valid": all(s["valid"] for s in summaries),
+        "invalid_reasons": reasons,
+    }
+
+
+def _nan_last(value: float) -> tuple[bool, float]:
+    return (not math.isfinite(value), value if math.isfinite(value) else 0.0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 # Low ids are special tokens (BOS, EOS, pad, byte fallbacks) in common vocabularies;
@@ -43,3 +45,85 @@ def build_prompt_token_ids(
         seen.add(key)
         prompts.append(ids)
     return prompts
+
+
+# Short common words: most BPE vocabularies hold " word" as one token, so a prompt of n words is
+# about n tokens even without the model's tokenizer.
+_WORDS = (
+    "the of and to in is was for on are with as by at be this from or have an they which one "
+    "you were all we when there can more if no out so said what up its about into than them "
+    "only other new some could time these two may then first any like now my such make over our "
+    "even most after also made many before must through back years where much your way well down "
+    "should because each just those people how too little state good very world still own see "
+    "men work long here between both life being under never day same another know while last "
+    "might great old year off come since against go came right used take three"
+).split()
+
+
+def build_prompt_texts(
+    n_requests: int, input_len: int, seed: int, tokenizer: Any | None = None
+) -> list[str]:
+    """n_requests distinct seeded text prompts of about input_len tokens.
+
+    Without a tokenizer: input_len common words (one token each in most vocabularies, so close,
+    not exact). With a `tokenizers.Tokenizer` (tokenizer_from_file): trimmed or extended until it
+    encodes, without special tokens, to exactly input_len ids; best effort, since a few strings
+    re-encode differently after decoding (exact_lengths tells). Chat templates add their own
+    tokens on the server: the input length that counts is the one its usage reports.
+    """
+    if n_requests < 0 or input_len < 1:
+        raise ValueError(f"need n_requests >= 0 and input_len >= 1, got {n_requests}, {input_len}")
+    bits = np.random.PCG64(seed)
+    texts = []
+    for i in range(n_requests):
+        picks = (bits.random_raw(input_len) % np.uint64(len(_WORDS))).tolist()
+        # A leading request number keeps prompts distinct (no prefix-cache hits between them).
+        words = [str(i)] + [_WORDS[k] for k in picks[1:]]
+        text = " ".join(words)
+        if tokenizer is not None:
+            text = _fit_to_length(text, input_len, tokenizer, bits)
+        texts.append(text)
+    return texts
+
+
+def _fit_to_length(text: str, input_len: int, tokenizer: Any, bits: np.random.PCG64) -> str:
+    for _ in range(8):
+        ids = tokenizer.encode(text, add_special_tokens=False).ids
+        if len(ids) == input_len:
+            return text
+        if len(ids) > input_len:
+            text = tokenizer.decode(ids[:input_len])
+        else:
+            extra = (bits.random_raw(input_len - len(ids)) % np.uint64(len(_WORDS))).tolist()
+            text = text + " " + " ".join(_WORDS[k] for k in extra)
+    return text
+
+
+def exact_lengths(texts: list[str], tokenizer: Any) -> list[int]:
+    """How many ids each text encodes to (without special tokens)."""
+    return [len(tokenizer.encode(t, add_special_tokens=False).ids) for t in texts]
+
+
+def tokenizer_from_file(path: str) -> Any:
+    """A `tokenizers.Tokenizer` from a tokenizer.json file or a folder holding one (optional
+    dependency: `pip install tokenizers`)."""
+    from pathlib import Path
+
+    from tokenizers import Tokenizer
+
+    file = Path(path)
+    return Tokenizer.from_file(str(file / "tokenizer.json" if file.is_dir() else file))
+
+
+def arrival_offsets_s(n_requests: int, rate: float, *, poisson: bool, seed: int) -> list[float]:
+    """Send times (seconds after the start) for an open loop at `rate` requests per second:
+    evenly spaced, or a Poisson process (exponential gaps) drawn from `seed`. The first request
+    goes at 0."""
+    if rate <= 0 or not np.isfinite(rate):
+        raise ValueError(f"rate must be a positive number, got {rate}")
+    if n_requests <= 0:
+        return []
+    if not poisson:
+        return [i / rate for i in range(n_requests)]
+    gaps = np.random.Generator(np.random.PCG64(seed)).exponential(1.0 / rate, n_requests - 1)
+    return [0.0] + np.cumsum(gaps).tolist()

@@ -3,6 +3,7 @@ recorded constraints and the study's reference output. Duplicates and failures n
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -26,11 +27,19 @@ def study_space(study: optuna.Study) -> dict:
 
 
 def parameter_names(study: optuna.Study) -> list[str]:
-    return list(study_space(study).get("parameters", {}))
+    """Sampled, then derived parameters."""
+    space = study_space(study)
+    return list(space.get("parameters", {})) + list(space.get("derived", {}))
 
 
 def concurrency_levels(study: optuna.Study) -> list[int]:
     return list(study_space(study).get("workload", {}).get("concurrency", []))
+
+
+def is_evaluation(trial: FrozenTrial) -> bool:
+    """A finished trial that launched a server (what a budget counts; duplicates are free)."""
+    return (trial.state in (TrialState.COMPLETE, TrialState.PRUNED) and bool(trial.user_attrs.get("launched"))
+            and "duplicate_of" not in trial.user_attrs)
 
 
 def infeasible_reason(trial: FrozenTrial, reference: str | None) -> str | None:
@@ -78,8 +87,9 @@ def trial_row(trial: FrozenTrial, params: list[str], levels: list[int], referenc
         "seed": attrs.get("seed", ""),
         "retry_of": attrs.get("retry_of", ""),
     }
+    config = {**trial.params, **json.loads(attrs.get("config_key") or "{}")}  # with derived values
     for name in params:
-        row[f"param_{name}"] = trial.params.get(name, "")
+        row[f"param_{name}"] = config.get(name, "")
     row["objective"] = trial.value if trial.value is not None and reason is None else math.nan
     level_metrics = attrs.get("levels", {})
     for level in levels:

@@ -10,7 +10,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from sweeper.results.leaderboard import best_trial, infeasible_reason
+from sweeper.results.gap import build_study_gap, format_gap_lines
+from sweeper.results.leaderboard import best_trial, infeasible_reason, is_evaluation
 
 
 def format_show(study: optuna.Study) -> Group:
@@ -20,7 +21,7 @@ def format_show(study: optuna.Study) -> Group:
     infeasible = Counter(infeasible_reason(t, reference) for t in trials
                          if t.state == TrialState.COMPLETE)
     infeasible.pop(None, None)
-    evaluated = sum(1 for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("launched"))
+    evaluated = sum(1 for t in trials if is_evaluation(t))
     lines = [Text(f"study {study.study_name}: {len(trials)} trials, {evaluated} of "
                   f"{study.user_attrs.get('budget', '?')} evaluations spent")]
     lines.append(Text("by state: " + ", ".join(f"{k} {v}" for k, v in sorted(states.items()))))
@@ -32,6 +33,8 @@ def format_show(study: optuna.Study) -> Group:
         lines.append(Text(f"best: trial {best.number}, {metric} = {best.value:.2f}, {best.params}"))
     else:
         lines.append(Text("best: none feasible yet"))
+    if gap := build_study_gap(study):
+        lines += [Text(line) for line in format_gap_lines(gap)]
     running = [t for t in trials if t.state == TrialState.RUNNING]
     if running:
         table = Table(title="running")

@@ -1,31 +1,37 @@
-"""The leaderboard as a rich table: result, throughput per level, then the config."""
+"""The leaderboard as a rich table: rank, result, the ranking value, throughput per level, then
+the config."""
 
 from __future__ import annotations
 
 import math
 
 import optuna
+import pandas as pd
 from rich.table import Table
 
-from sweeper.results.leaderboard import concurrency_levels, leaderboard_frame, parameter_names
+from sweeper.results.leaderboard import concurrency_levels, parameter_names
+from sweeper.results.ranking import ranked_frame
+from sweeper.results.stored import objective_spec
 
 
-def format_leaderboard_table(study: optuna.Study, top: int) -> Table:
-    frame = leaderboard_frame(study)
-    objective = (study.metric_names or ["objective"])[0]
+def format_leaderboard_table(study: optuna.Study, top: int, level: int | None = None,
+                             feasible_only: bool = False) -> Table:
+    frame = ranked_frame(study, level, feasible_only)
+    spec = objective_spec(study, level)
     table = Table(title=f"{study.study_name}: top {min(top, len(frame))} of {len(frame)} trials "
-                        f"(objective: {objective})")
+                        f"(ranked by {spec.name})")
     levels = concurrency_levels(study)
     table.add_column("#", justify="right")
+    table.add_column("rank", justify="right")
     table.add_column("result")
-    table.add_column("objective", justify="right")
-    for level in levels:
-        table.add_column(f"C={level}\ntok/s", justify="right")
+    table.add_column(spec.name, justify="right")
+    for c in levels:
+        table.add_column(f"C={c}\ntok/s", justify="right")
     table.add_column("config", overflow="fold", ratio=1)
     params = parameter_names(study)
     for _, row in frame.head(top).iterrows():
         config = " ".join(f"{p}={row[f'param_{p}']}" for p in params if row[f"param_{p}"] != "")
-        table.add_row(str(row["trial"]), format_result(row), _fmt(row["objective"]),
+        table.add_row(str(row["trial"]), _fmt(row["rank"]), format_result(row), _fmt(row["rank_value"]),
                       *[_fmt(row[f"c{c}_output_tok_s"]) for c in levels], config)
     return table
 
@@ -33,12 +39,16 @@ def format_leaderboard_table(study: optuna.Study, top: int) -> Table:
 def format_result(row) -> str:
     if row["duplicate_of"] != "":
         return f"dup of {row['duplicate_of']}"
+    if row["feasible"] and pd.isna(row["rank"]):
+        return f"[yellow]invalid at C={row['rank_level']}[/]"
     if row["feasible"]:
         return "[green]ok[/]"
     return f"[red]{row['failure_kind'] or row['state'].lower()}[/]"
 
 
 def _fmt(value) -> str:
+    if value is None or value is pd.NA:
+        return "-"
     if isinstance(value, float):
         return "-" if math.isnan(value) else f"{value:.2f}"
     return str(value)

@@ -16,7 +16,7 @@ from sweeper.sim.config import SimConfig, sim_config_from
 from sweeper.sim.failures import failure_of
 from sweeper.sim.perf import modelled_level_metrics
 from sweeper.sim.args import build_arg_parser
-from sweeper.space import enumerate_configs, violated_constraints
+from sweeper.space import enumerate_configs, excluded_by_rule, violated_constraints
 
 _MODELLED = {
     "output_throughput": lambda m: m.output_throughput,
@@ -65,7 +65,7 @@ def best_config(space: Space) -> SimOptimum:
     best: tuple[float, dict] | None = None
     feasible = 0
     for config in configs:
-        if violated_constraints(space, config):
+        if violated_constraints(space, config) or excluded_by_rule(space, config):
             continue
         value = modelled_objective(space, config)
         if value is None:

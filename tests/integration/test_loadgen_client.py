@@ -6,6 +6,7 @@ import asyncio
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -15,13 +16,15 @@ from aiohttp import web
 
 from sweeper.loadgen.client import (
     LoadgenError,
+    StreamOptions,
     complete,
     complete_once,
     run_closed_loop,
     run_level,
+    run_open_loop,
 )
-from sweeper.loadgen.metrics import summarize_level
-from sweeper.loadgen.workload import build_prompt_token_ids
+from sweeper.loadgen.metrics import MAX_CLIENT_LAG_P99_MS, summarize_level
+from sweeper.loadgen.workload import build_prompt_texts, build_prompt_token_ids
 
 MODEL = "fake-model"
 
@@ -38,6 +41,10 @@ class Behaviour:
     error_after: int | None = None  # emit an error event after this many tokens
     bad_json: bool = False  # non-streamed replies are not JSON
     token_text: str = "é "  # two bytes in UTF-8, so splits can land inside a character
+    drop_after: int | None = None  # close the connection after this many tokens
+    stall_after: int | None = None  # after this many tokens, send nothing for stall_s
+    stall_s: float = 5.0
+    tokens_per_chunk: int = 1  # merge this many tokens into one chunk (SGLang under load)
 
 
 @dataclass
@@ -71,6 +78,7 @@ class FakeCompletionServer:
     async def _start(self) -> None:
         app = web.Application()
         app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/chat/completions", self._completions)
         self.runner = web.AppRunner(app)
         await self.runner.setup()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -90,27 +98,50 @@ class FakeCompletionServer:
 
     async def _answer(self, request: web.Request, body: dict) -> web.StreamResponse:
         b = self.behaviour
-        if b.fail_if and b.fail_if(body["prompt"]):
+        chat = "messages" in body
+        prompt = body["messages"][0]["content"] if chat else body["prompt"]
+        if b.fail_if and b.fail_if(prompt):
             return web.Response(status=500, text="simulated crash: " + "x" * 400)
         n = body["max_tokens"] if b.stop_after is None else min(b.stop_after, body["max_tokens"])
-        usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": n + b.usage_offset}
+        usage = {"prompt_tokens": len(prompt), "completion_tokens": n + b.usage_offset}
         if not body.get("stream"):
             await asyncio.sleep(b.token_delay_s * n)
             if b.bad_json:
                 return web.Response(text="<html>not json</html>")
-            choice = {"index": 0, "text": b.token_text * n, "finish_reason": "length"}
+            text = b.token_text * n
+            choice = {"index": 0, "finish_reason": "length"}
+            choice |= {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
             return web.json_response({"choices": [choice], "usage": usage})
+        options = body.get("stream_options") or {}
+        per_chunk_usage = bool(options.get("continuous_usage_stats"))
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
+        if chat:
+            role = {"index": 0, "delta": {"role": "assistant", "content": ""}}
+            await self._send(response, {"object": "chat.completion.chunk", "choices": [role]})
+        sent = 0
         for i in range(n):
             await asyncio.sleep(b.token_delay_s)
             if b.error_after is not None and i == b.error_after:
                 await self._send(response, {"error": {"message": "engine died", "code": 500}})
                 break
+            if b.drop_after is not None and i == b.drop_after:
+                request.transport.close()  # mid-stream, no terminating chunk
+                return response
+            if b.stall_after is not None and i == b.stall_after:
+                await asyncio.sleep(b.stall_s)
+            if (i + 1) % b.tokens_per_chunk and i < n - 1:
+                continue  # this token goes out merged into a later chunk
             held = b.hold_back_every and (i + 1) % b.hold_back_every == 0 and i < n - 1
-            text = "" if held else b.token_text
-            choice = {"index": 0, "text": text, "finish_reason": "length" if i == n - 1 else None}
-            await self._send(response, {"object": "text_completion", "choices": [choice]})
+            text = "" if held else b.token_text * (i + 1 - sent)
+            sent = i + 1
+            finish = "length" if i == n - 1 else None
+            choice = {"index": 0, "finish_reason": finish}
+            choice |= {"delta": {"content": text}} if chat else {"text": text}
+            event = {"object": "text_completion", "choices": [choice]}
+            if per_chunk_usage and b.send_usage:
+                event["usage"] = {"prompt_tokens": len(prompt), "completion_tokens": i + 1}
+            await self._send(response, event)
         if b.send_usage:
             await self._send(response, {"choices": [], "usage": usage})
         await self._send_raw(response, b"data: [DONE]\n\n")
@@ -150,11 +181,9 @@ def closed_port_url() -> str:
 
 
 def run_and_summarize(server, prompts, output_len, concurrency, **kwargs):
-    samples, start, end = run_level(
-        server.base_url, MODEL, prompts, output_len, concurrency, **kwargs
-    )
-    return samples, summarize_level(
-        samples, concurrency, end - start, requested_output_len=output_len
+    run = run_level(server.base_url, MODEL, prompts, output_len, concurrency, **kwargs)
+    return run.samples, summarize_level(
+        run.samples, concurrency, run.duration_s, requested_output_len=output_len, lag=run.lag
     )
 
 
@@ -223,13 +252,17 @@ def test_wrong_usage_is_invalid(serve):
     assert any("usage 7, streamed 5" in r for r in m["invalid_reasons"])
 
 
-def test_missing_usage_counts_what_streamed(serve):
+def test_missing_usage_counts_what_streamed_and_is_invalid(serve):
     server = serve(send_usage=False)
     prompts = build_prompt_token_ids(4, 8, seed=5)
     samples, m = run_and_summarize(server, prompts, 5, 2)
     assert all(not s.usage_reported and s.output_tokens == s.streamed_tokens == 5 for s in samples)
     assert all(s.prompt_tokens == 8 for s in samples)
-    assert m["valid"], m["invalid_reasons"]
+    assert m["total_output_tokens"] == 20  # what arrived, never the requested length assumed
+    assert m["invalid_reasons"] == [
+        "4 requests: the server reported no usage, so the 5 tokens counted in the stream "
+        "cannot be checked"
+    ]
 
 
 def test_short_output_is_invalid_not_assumed_full(serve):
@@ -237,7 +270,7 @@ def test_short_output_is_invalid_not_assumed_full(serve):
     samples, m = run_and_summarize(server, build_prompt_token_ids(2, 8, seed=6), 8, 1)
     assert all(s.ok and s.output_tokens == 3 for s in samples)
     assert m["total_output_tokens"] == 6
-    assert any("fewer tokens than requested" in r for r in m["invalid_reasons"])
+    assert m["invalid_reasons"] == ["2 requests received fewer tokens than requested (e.g. 3 of 8)"]
 
 
 def test_empty_text_chunks_are_attributed_to_the_next_chunk(serve):
@@ -272,12 +305,12 @@ def test_error_event_mid_stream_fails_the_request(serve):
 
 def test_timeout_fails_the_request_without_raising(serve):
     server = serve(token_delay_s=0.5)
-    samples, _, _ = run_level(server.base_url, MODEL, [[200] * 4, [201] * 4], 4, 2, timeout_s=0.3)
+    samples = run_level(server.base_url, MODEL, [[200] * 4, [201] * 4], 4, 2, timeout_s=0.3).samples
     assert [s.error for s in samples] == ["timeout after 0.3 s"] * 2
 
 
 def test_unreachable_server_gives_failed_samples():
-    samples, _, _ = run_level(closed_port_url(), MODEL, [[200] * 4], 4, 1, timeout_s=5)
+    samples = run_level(closed_port_url(), MODEL, [[200] * 4], 4, 1, timeout_s=5).samples
     [s] = samples
     assert not s.ok and "Connect" in s.error
 
@@ -332,3 +365,137 @@ def test_complete_raises_when_unreachable():
     with pytest.raises(LoadgenError) as info:
         complete(closed_port_url(), MODEL, "Hello", 1, 5.0)
     assert info.value.status is None
+
+
+# ---------------------------------------------------------------- dropped, stalled, lagging
+
+
+def test_dropped_connection_fails_the_request_and_the_level(serve):
+    server = serve(drop_after=2)
+    samples, m = run_and_summarize(server, build_prompt_token_ids(3, 8, seed=9), 6, 3)
+    assert all(not s.ok and "ClientPayloadError" in s.error for s in samples), samples
+    assert all(s.streamed_tokens == 2 for s in samples)  # what came before the drop is kept
+    assert not m["valid"]
+    assert m["invalid_reasons"][0].startswith("3 of 3 requests failed: ClientPayloadError")
+
+
+def test_stalled_stream_fails_as_stalled(serve):
+    server = serve(stall_after=2, stall_s=2.0)
+    options = StreamOptions(timeout_s=30, stall_timeout_s=0.3)
+    samples, m = run_and_summarize(server, build_prompt_token_ids(2, 8, seed=10), 6, 2, options=options)
+    assert [s.error for s in samples] == ["stalled: no data for 0.3 s"] * 2
+    assert all(s.end - s.start < 1.5 for s in samples)  # not the whole 2 s stall
+    assert m["invalid_reasons"][0] == "2 of 2 requests failed: stalled: no data for 0.3 s"
+
+
+def test_lagging_client_loop_makes_the_level_invalid(serve):
+    server = serve(token_delay_s=0.01)
+
+    async def run_beside_a_blocking_task():
+        async def hog():  # a busy client: 20 ms of blocking work in every 25 ms
+            while True:
+                time.sleep(0.02)
+                await asyncio.sleep(0.005)
+
+        task = asyncio.create_task(hog())
+        try:
+            return await run_closed_loop(server.base_url, MODEL, build_prompt_token_ids(4, 8, seed=11), 10, 2)
+        finally:
+            task.cancel()
+
+    run = asyncio.run(run_beside_a_blocking_task())
+    m = summarize_level(run.samples, 2, run.duration_s, requested_output_len=10, lag=run.lag)
+    assert run.lag.p99_ms > MAX_CLIENT_LAG_P99_MS
+    assert any(r.startswith("client lagged: event-loop p99 lag") for r in m["invalid_reasons"])
+
+
+def test_an_idle_client_loop_does_not_lag(serve):
+    server = serve(token_delay_s=0.01)
+    run = run_level(server.base_url, MODEL, build_prompt_token_ids(4, 8, seed=12), 20, 2)
+    assert run.lag.ticks > 10
+    assert run.lag.p99_ms < MAX_CLIENT_LAG_P99_MS
+
+
+# ---------------------------------------------------------------- merged chunks, chat, min_tokens
+
+
+def test_merged_chunks_are_counted_exactly_with_per_chunk_usage(serve):
+    server = serve(tokens_per_chunk=3)
+    options = StreamOptions(continuous_usage=True)
+    samples, m = run_and_summarize(server, build_prompt_token_ids(2, 8, seed=13), 9, 1, options=options)
+    assert server.state.payloads[0]["stream_options"] == {
+        "include_usage": True,
+        "continuous_usage_stats": True,
+    }
+    for s in samples:
+        assert s.chunk_tokens == [3, 3, 3] and s.streamed_tokens == s.output_tokens == 9
+    assert m["valid"], m["invalid_reasons"]
+    assert len(m) and m["median_itl_ms"] < m["median_ttft_ms"]  # a 3-token gap splits in three
+
+
+def test_merged_chunks_without_per_chunk_usage_are_invalid(serve):
+    server = serve(tokens_per_chunk=3)
+    _, m = run_and_summarize(server, build_prompt_token_ids(2, 8, seed=13), 9, 1)
+    assert any("usage 9, streamed 3" in r for r in m["invalid_reasons"])
+
+
+def test_chat_completions_stream(serve):
+    server = serve()
+    prompts = build_prompt_texts(3, 6, seed=14)
+    options = StreamOptions(api="chat", min_tokens=True)
+    samples, m = run_and_summarize(server, prompts, 5, 3, options=options)
+    assert server.state.payloads[0] == {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": prompts[0]}],
+        "max_tokens": 5,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "min_tokens": 5,
+    }
+    for s in samples:  # the opening role chunk carries no token
+        assert s.ok and s.chunk_tokens == [1] * 5 and s.output_tokens == s.streamed_tokens == 5
+    assert [s.prompt_tokens for s in samples] == [len(p) for p in prompts]  # the server's count
+    assert m["valid"], m["invalid_reasons"]
+
+
+def test_chat_complete_once(serve):
+    server = serve(token_delay_s=0.001)
+    result = asyncio.run(complete_once(server.base_url, MODEL, "Hi", 2, 5.0, api="chat"))
+    assert result.text == "é é " and result.completion_tokens == 2
+
+
+def test_token_ids_are_refused_by_the_chat_api(serve):
+    server = serve()
+    with pytest.raises(ValueError, match="text prompts"):
+        run_level(server.base_url, MODEL, [[200, 201]], 2, 1, options=StreamOptions(api="chat"))
+
+
+# ---------------------------------------------------------------- open loop
+
+
+def test_open_loop_sends_on_schedule(serve):
+    server = serve(token_delay_s=0.01)
+    offsets = [0.0, 0.05, 0.10, 0.15, 0.20, 0.25]
+    prompts = build_prompt_token_ids(len(offsets), 8, seed=15)
+    run = asyncio.run(run_open_loop(server.base_url, MODEL, prompts, 10, offsets))
+    sent = [s.start - run.start for s in run.samples]
+    assert sent == pytest.approx(offsets, abs=0.01)
+    assert server.state.max_inflight >= 2  # each request takes ~0.1 s: they overlap
+    m = summarize_level(run.samples, None, run.duration_s, requested_output_len=10, lag=run.lag)
+    assert m["valid"], m["invalid_reasons"]
+    assert m["max_concurrent_requests"] is None
+
+
+def test_open_loop_max_concurrency_caps_in_flight(serve):
+    server = serve(token_delay_s=0.01)
+    prompts = build_prompt_token_ids(6, 8, seed=16)
+    run = asyncio.run(run_open_loop(server.base_url, MODEL, prompts, 10, [0.0] * 6, max_concurrency=2))
+    assert server.state.max_inflight == 2
+    assert all(s.ok for s in run.samples)
+
+
+def test_open_loop_needs_one_send_time_per_prompt(serve):
+    with pytest.raises(ValueError, match="2 prompts but 1 send times"):
+        asyncio.run(run_open_loop("http://127.0.0.1:1", MODEL, [[200], [201]], 2, [0.0]))

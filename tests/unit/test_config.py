@@ -120,3 +120,12 @@ def test_fingerprint_ignores_formatting(tmp_path):
     b = load_space(write(tmp_path, "# comment\n" + MINIMAL.replace("[2, 4, 8]", "[2,4,8]"), "b.yaml"))
     c = load_space(write(tmp_path, MINIMAL.replace("[2, 4, 8]", "[2, 8]"), "c.yaml"))
     assert space_fingerprint(a) == space_fingerprint(b) != space_fingerprint(c)
+
+
+def test_rule_and_derived_errors_name_their_keys(tmp_path):
+    error = error_of(write(tmp_path, MINIMAL + "rules:\n  - {forbid: 'tp_size >', reason: x}\n"))
+    assert error.path == "rules[0].forbid" and "cannot parse" in error.detail
+    error = error_of(write(tmp_path, MINIMAL + "derived:\n  dp: {expr: 'pp * 2', flag: --dp}\n"))
+    assert error.path == "derived.dp.expr" and "unknown parameter pp" in error.detail
+    error = error_of(write(tmp_path, MINIMAL + "rules:\n  - {forbid: 'tp_size > 4'}\n"))
+    assert error.path == "rules[0].reason"

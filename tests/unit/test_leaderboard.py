@@ -27,9 +27,9 @@ def level(tok_s: float, valid: bool = True) -> dict:
 
 def test_objective_is_the_level_metric_and_failures_never_score():
     ok = TrialOutcome(config={}, levels={1: level(10.0), 16: level(25.0)}, launched=True)
-    assert objective_value(SPACE, ok) == 25.0 and constraint_values(ok) == {"config_fault": 0.0}
+    assert objective_value(SPACE, ok) == 25.0 and constraint_values(ok, SPACE) == {"config_fault": 0.0, "slo": 0.0}
     crashed = TrialOutcome(config={}, failure=Failure("wait_ready", "oom", "x"), launched=True)
-    assert objective_value(SPACE, crashed) == 0.0 and constraint_values(crashed) == {"config_fault": 1.0}
+    assert objective_value(SPACE, crashed) == 0.0 and constraint_values(crashed, SPACE) == {"config_fault": 1.0, "slo": 0.0}
     invalid = TrialOutcome(config={}, levels={16: level(99.0, valid=False)}, launched=True)
     assert objective_value(SPACE, invalid) == 0.0
 
@@ -38,7 +38,7 @@ def record(study, params, outcome, **attrs):
     trial = study.ask({"tp": optuna.distributions.CategoricalDistribution([4, 8])})
     for key, value in {**outcome_attrs(outcome), **attrs}.items():
         trial.set_user_attr(key, value)
-    for key, value in constraint_values(outcome).items():
+    for key, value in constraint_values(outcome, SPACE).items():
         trial.set_constraint(key, value)
     study.tell(trial, objective_value(SPACE, outcome))
     return trial.number

@@ -256,3 +256,104 @@ def test_percentile_summary_names_and_empty():
 def test_achieved_concurrency_is_total_latency_over_duration():
     assert achieved_concurrency([1.0, 2.0, 3.0], 2.0) == 3.0
     assert math.isnan(achieved_concurrency([], 0.0))
+
+
+# ---------------------------------------------------------------- goodput, client lag, repeats
+
+from sweeper.loadgen.lag import LagStats, lag_stats  # noqa: E402
+from sweeper.loadgen.metrics import (  # noqa: E402
+    MAX_CLIENT_LAG_P99_MS,
+    UNSTABLE_CV,
+    coefficient_of_variation,
+    combine_repeats,
+    slo_met,
+)
+
+
+def test_goodput_counts_requests_meeting_both_slos():
+    a, b = two_requests()  # A: TTFT 200 ms, TPOT 200 ms; B: TTFT 100 ms, TPOT 440 ms
+    assert slo_met(a, 0.25, 0.25) and not slo_met(b, 0.25, 0.25)
+    assert not slo_met(a, 0.15, None) and slo_met(b, 0.15, None)
+    m = summarize_level([a, b], concurrency=2, duration_s=2.0, slo_ttft_ms=250, slo_tpot_ms=250)
+    assert m["request_goodput"] == pytest.approx(0.5)
+    assert m["slo_ttft_ms"] == 250 and m["slo_tpot_ms"] == 250
+    assert summarize_level([a, b], 2, 2.0, slo_ttft_ms=1000)["request_goodput"] == pytest.approx(1.0)
+    assert summarize_level([a, b], 2, 2.0)["request_goodput"] is None
+
+
+def test_goodput_slos_are_in_modelled_time():
+    a, _ = two_requests()  # wall TTFT 200 ms = 400 modelled ms at time_scale 0.5
+    m = summarize_level([a], 1, 1.0, time_scale=0.5, slo_ttft_ms=300, requested_output_len=0)
+    assert m["request_goodput"] == 0.0
+    m = summarize_level([a], 1, 1.0, time_scale=0.5, slo_ttft_ms=450, requested_output_len=0)
+    assert m["request_goodput"] == pytest.approx(0.5)
+
+
+def test_failed_requests_never_meet_slos():
+    assert not slo_met(make_failure(), None, None)
+
+
+def test_client_lag_above_threshold_is_invalid():
+    ok = LagStats(ticks=100, median_ms=0.1, p99_ms=MAX_CLIENT_LAG_P99_MS, max_ms=9.0)
+    bad = LagStats(ticks=100, median_ms=3.0, p99_ms=MAX_CLIENT_LAG_P99_MS + 0.1, max_ms=40.0)
+    assert summarize_level(two_requests(), 2, 1.0, lag=ok)["valid"]
+    m = summarize_level(two_requests(), 2, 1.0, lag=bad)
+    assert m["client_lag_p99_ms"] == bad.p99_ms and m["client_lag_max_ms"] == 40.0
+    [reason] = m["invalid_reasons"]
+    assert reason.startswith("client lagged: event-loop p99 lag 5.1 ms above 5 ms")
+
+
+def test_lag_stats_are_ms_and_zero_when_empty():
+    assert lag_stats([]) == LagStats(0, 0.0, 0.0, 0.0)
+    stats = lag_stats([0.001] * 99 + [0.1])
+    assert stats.ticks == 100 and stats.median_ms == pytest.approx(1.0)
+    assert stats.max_ms == pytest.approx(100.0)
+
+
+def test_open_loop_has_no_concurrency_check():
+    m = summarize_level(two_requests(), concurrency=None, duration_s=10.0)
+    assert m["valid"] and m["max_concurrent_requests"] is None
+
+
+def test_missing_usage_is_invalid():
+    a = make_sample(0.0, [0.1, 0.2], usage_reported=False)
+    [reason] = summarize_level([a], 1, 0.2)["invalid_reasons"]
+    assert "reported no usage" in reason
+
+
+def test_coefficient_of_variation():
+    assert coefficient_of_variation([10.0]) == 0.0
+    assert coefficient_of_variation([9.0, 10.0, 11.0]) == pytest.approx(0.1)
+    assert math.isnan(coefficient_of_variation([0.0, 0.0]))
+
+
+def _summary(throughput, valid=True, reasons=()):
+    return {"output_throughput": throughput, "valid": valid, "invalid_reasons": list(reasons)}
+
+
+def test_combine_repeats_keeps_the_median_repeat():
+    m = combine_repeats([_summary(10.0), _summary(12.0), _summary(11.0)])
+    assert m["output_throughput"] == 11.0 and m["median_repeat"] == 2
+    assert m["repeats"] == 3 and m["repeat_output_throughputs"] == [10.0, 12.0, 11.0]
+    assert m["cv_output_throughput"] == pytest.approx(1 / 11)
+    assert m["unstable"] is True and m["valid"] is True  # unstable is a flag, not invalidity
+
+
+def test_combine_repeats_even_count_takes_the_lower_middle_and_stable():
+    m = combine_repeats([_summary(100.0), _summary(101.0)])
+    assert m["output_throughput"] == 100.0
+    assert m["cv_output_throughput"] < UNSTABLE_CV and m["unstable"] is False
+
+
+def test_combine_repeats_one_invalid_repeat_invalidates_the_level():
+    m = combine_repeats([_summary(10.0), _summary(10.0, False, ["1 of 4 requests failed: x"])])
+    assert m["valid"] is False
+    assert m["invalid_reasons"] == ["repeat 2: 1 of 4 requests failed: x"]
+
+
+def test_combine_one_repeat_is_that_repeat():
+    m = combine_repeats([_summary(10.0, False, ["r"])])
+    assert m["invalid_reasons"] == ["r"] and m["cv_output_throughput"] == 0.0
+    assert m["unstable"] is False
+    with pytest.raises(ValueError):
+        combine_repeats([])

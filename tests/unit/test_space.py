@@ -77,12 +77,13 @@ def test_unbounded_float_is_not_countable():
     ("1 < a <= 3", {"a": 3}, True),
     ("a // 2 + a % 2 == 2", {"a": 3}, True),
     ("-a < 0", {"a": 1}, True),
+    ("(8 if a > 2 else 4) == 8", {"a": 3}, True),
 ])
 def test_expressions(source, values, expected):
     assert parse_expr(source, set(values)).evaluate(values) is expected
 
 
-@pytest.mark.parametrize("source", ["open('x')", "a.b", "[x for x in a]", "lambda: 1", "a[0]", "a if b else c"])
+@pytest.mark.parametrize("source", ["open('x')", "a.b", "[x for x in a]", "lambda: 1", "a[0]", "f(a)"])
 def test_unsafe_expressions_refused(source):
     with pytest.raises(ExprError):
         parse_expr(source)
@@ -91,3 +92,47 @@ def test_unsafe_expressions_refused(source):
 def test_division_by_zero_is_an_expression_error():
     with pytest.raises(ExprError):
         parse_expr("a % b == 0").evaluate({"a": 1, "b": 0})
+
+
+RULED = parse_space("""\
+name: t
+engine: sim
+model: m
+parameters:
+  tp_size: {type: categorical, choices: [4, 8], flag: --tp-size}
+  moe: {type: categorical, choices: [marlin, triton], flag: --moe-runner-backend}
+derived:
+  ep_size: {expr: "tp_size if moe == 'marlin' else 1", flag: --ep-size}
+rules:
+  - forbid: "moe not in ['marlin', 'flashinfer_mxfp4']"
+    reason: "FP4 experts need moe_runner_backend in [marlin, flashinfer_mxfp4]"
+constraints:
+  - ep_size <= tp_size
+""", "inline")
+
+
+def test_derived_parameters_are_computed_not_sampled():
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(10):
+        trial = study.ask()
+        config = suggest_config(trial, RULED)
+        assert "ep_size" not in trial.params
+        assert config["ep_size"] == (config["tp_size"] if config["moe"] == "marlin" else 1)
+        study.tell(trial, 0.0)
+    assert {c["ep_size"] for c in enumerate_configs(RULED)} == {1, 4, 8}
+
+
+def test_rules_exclude_with_their_reason():
+    from sweeper.space import excluded_by_rule
+
+    assert excluded_by_rule(RULED, {"tp_size": 8, "moe": "triton", "ep_size": 1}).startswith("FP4 experts need")
+    assert excluded_by_rule(RULED, {"tp_size": 8, "moe": "marlin", "ep_size": 8}) is None
+
+
+def test_derived_values_reach_the_launch_command():
+    from sweeper.config import HostSpec
+    from sweeper.engines import get_engine
+
+    config = {"tp_size": 4, "moe": "marlin", "ep_size": 4}
+    spec = get_engine("sim").build_launch_spec(RULED, config, HostSpec(transport="local"), 1, "py")
+    assert spec.argv[-2:] == ("--ep-size", "4")

@@ -1,0 +1,120 @@
+"""Shared by the benchmark scripts: start the reference server, run a level with our client
+(aiohttp, or the httpx variant), compare with the truth, describe the machine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sweeper.loadgen.client import StreamOptions, run_closed_loop  # noqa: E402
+from sweeper.loadgen.metrics import summarize_level  # noqa: E402
+from sweeper.loadgen.workload import build_prompt_token_ids  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_port(port: int, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {port} after {timeout_s} s")
+
+
+@contextmanager
+def refserver(ttft_ms: float, gap_ms: float, cpu: int | None = None) -> Iterator[str]:
+    port = free_port()
+    argv = [sys.executable, str(ROOT / "bench" / "refserver.py"), "--port", str(port),
+            "--ttft-ms", str(ttft_ms), "--gap-ms", str(gap_ms)]
+    if cpu is not None:
+        argv += ["--cpu", str(cpu)]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+    try:
+        wait_port(port)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def server_lateness(url: str) -> dict:
+    with urllib.request.urlopen(url + "/stats", timeout=10) as reply:
+        return json.loads(reply.read())
+
+
+@dataclass(frozen=True)
+class Truth:
+    ttft_ms: float
+    gap_ms: float
+    output_len: int
+    concurrency: int
+
+    @property
+    def output_tok_s(self) -> float:
+        request_s = (self.ttft_ms + (self.output_len - 1) * self.gap_ms) / 1000
+        return self.concurrency * self.output_len / request_s
+
+
+def actual_truth(server: dict) -> dict:
+    """What the reference server actually did, from its own write timestamps (/stats)."""
+    return {"output_tok_s": server["tokens"] / server["span_s"] if server["span_s"] else float("nan"),
+            "ttft_ms": server["ttft_median_ms"], "gap_ms": server["gap_median_ms"]}
+
+
+def errors_against(m: dict, truth: dict) -> dict:
+    """Errors of a measured level against a truth dict (output_tok_s, ttft_ms, gap_ms)."""
+    return {
+        "tok_s_err_pct": 100 * (m["output_throughput"] - truth["output_tok_s"]) / truth["output_tok_s"],
+        "ttft_err_ms": m["median_ttft_ms"] - truth["ttft_ms"],
+        "itl_err_ms": m["median_itl_ms"] - truth["gap_ms"],
+    }
+
+
+def within_bounds(errors: dict, tok_pct: float = 1.0, ms: float = 0.5) -> bool:
+    return (abs(errors["tok_s_err_pct"]) <= tok_pct and abs(errors["ttft_err_ms"]) <= ms
+            and abs(errors["itl_err_ms"]) <= ms)
+
+
+def run_ours(url: str, concurrency: int, n_requests: int, output_len: int, client: str = "aiohttp",
+             input_len: int = 128) -> dict:
+    """One level (after a warmup round) with our aiohttp client or the httpx variant; the
+    reference server's record is reset after the warmup, so its truth covers the level only."""
+    prompts = build_prompt_token_ids(n_requests, input_len, seed=concurrency)
+    warm = build_prompt_token_ids(concurrency, input_len, seed=10_000 + concurrency)
+    if client == "httpx":
+        from httpx_client import run_closed_loop_httpx as runner  # bench/ is on sys.path
+    else:
+        async def runner(u, model, p, out, c):
+            return await run_closed_loop(u, model, p, out, c, options=StreamOptions())
+    asyncio.run(runner(url, "ref", warm, output_len, concurrency))
+    server_lateness(url)  # reset: the truth is the measured run's
+    run = asyncio.run(runner(url, "ref", prompts, output_len, concurrency))
+    return summarize_level(run.samples, concurrency, run.duration_s, requested_output_len=output_len,
+                           lag=run.lag)
+
+
+def machine_note() -> str:
+    load = os.getloadavg()
+    return (f"{platform.node()} {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"load average {load[0]:.2f} at start")

@@ -1,0 +1,74 @@
+"""A search driven by the simulator's performance MODEL instead of launched servers, with the
+same plumbing as `sweeper sweep` (space suggestions, derived values, rules and constraints free,
+duplicates free, failures recorded infeasible or FAIL): hundreds of searches run in minutes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import optuna
+from optuna.trial import TrialState
+
+from sweeper.config import Space
+from sweeper.sim.best import modelled_objective
+from sweeper.space import config_key, excluded_by_rule, suggest_config, violated_constraints
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@dataclass
+class SearchTrace:
+    best_by_evaluation: list[float]  # best modelled objective after each real evaluation
+    crashed: list[bool]  # whether each real evaluation was of a config that fails
+    reproposed_crashes: int = 0  # proposals of a config already seen to crash (free: deduped)
+
+    @property
+    def crashes(self) -> int:
+        return sum(self.crashed)
+
+    def crashes_before(self, evaluation: int) -> int:
+        return sum(self.crashed[:evaluation])
+
+
+def simulate_search(space: Space, sampler: optuna.samplers.BaseSampler, evaluations: int,
+                    crash_as_fail: bool = False, use_seeds: bool = True) -> SearchTrace:
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    if use_seeds:
+        for seed in space.seeds:
+            study.enqueue_trial(seed.params)
+    seen: dict[str, tuple[float | None, float]] = {}
+    trace = SearchTrace([], [])
+    crashed_keys: set[str] = set()
+    best, asked = 0.0, 0
+    while len(trace.best_by_evaluation) < evaluations and asked < evaluations * 50:
+        asked += 1
+        trial = study.ask()
+        config = suggest_config(trial, space)
+        key = config_key(config)
+        if key in seen:
+            value, fault = seen[key]
+            trace.reproposed_crashes += int(fault > 0 and value == 0.0 and key in crashed_keys)
+        elif excluded_by_rule(space, config) or violated_constraints(space, config):
+            value, fault = 0.0, 1.0
+        else:
+            modelled = modelled_objective(space, config)
+            value, fault = (modelled, 0.0) if modelled is not None else (0.0, 1.0)
+            trace.crashed.append(modelled is None)
+            if modelled is None:
+                crashed_keys.add(key)
+            best = max(best, modelled or 0.0)
+            trace.best_by_evaluation.append(best)
+        seen[key] = (value, fault)
+        if fault and crash_as_fail:
+            study.tell(trial, state=TrialState.FAIL)
+        else:
+            trial.set_constraint("config_fault", fault)
+            study.tell(trial, value)
+    return trace
+
+
+def evaluations_to_reach(trace: SearchTrace, target: float) -> int | None:
+    for index, best in enumerate(trace.best_by_evaluation, start=1):
+        if best >= target:
+            return index
+    return None

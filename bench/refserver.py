@@ -1,0 +1,201 @@
+"""Reference streaming server with exactly known token timing (raw asyncio, no framework).
+
+    python bench/refserver.py --port 32100 --ttft-ms 20 --gap-ms 5 [--cpu 1]
+
+POST /v1/completions or /v1/chat/completions (stream: true): the first token is written TTFT after
+the request was read, then one token every GAP, until max_tokens; every write is scheduled on an
+absolute deadline of the loop's monotonic clock (loop.call_at), so timing errors do not
+accumulate. Each token is one SSE event of OpenAI's shape; then the usage event and [DONE].
+GET /stats returns (and resets) how late the server's own writes were: its truth is only as good
+as that. GET /v1/models and /health answer for clients that probe first (guidellm).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+
+import numpy as np
+
+HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n")
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _event(payload: dict | str) -> bytes:
+    text = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
+    return _chunk(b"data: " + text.encode() + b"\n\n")
+
+
+def _json_response(obj: dict) -> bytes:
+    body = json.dumps(obj).encode()
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+            % len(body)) + body
+
+
+class Timing:
+    """The nominal timing, and what the server actually did (its truth, recorded per write)."""
+
+    def __init__(self, ttft_s: float, gap_s: float) -> None:
+        self.ttft_s, self.gap_s = ttft_s, gap_s
+        self.lateness_s: list[float] = []
+        self.ttfts_s: list[float] = []  # first token write - request read
+        self.gaps_s: list[float] = []  # between consecutive token writes of one stream
+        self.tokens = 0
+        self.first_read = float("inf")
+        self.last_write = 0.0
+
+    def stats_and_reset(self) -> dict:
+        def ms(values: list[float], q: float) -> float:
+            return float(np.percentile(np.asarray(values or [0.0]) * 1000, q))
+
+        stats = {
+            "writes": len(self.lateness_s), "tokens": self.tokens,
+            "late_median_ms": ms(self.lateness_s, 50), "late_p99_ms": ms(self.lateness_s, 99),
+            "late_max_ms": ms(self.lateness_s, 100),
+            "ttft_median_ms": ms(self.ttfts_s, 50), "gap_median_ms": ms(self.gaps_s, 50),
+            "span_s": max(self.last_write - self.first_read, 0.0),
+        }
+        self.__init__(self.ttft_s, self.gap_s)
+        return stats
+
+
+class RefProtocol(asyncio.Protocol):
+    def __init__(self, timing: Timing) -> None:
+        self.timing = timing
+        self.buffer = b""
+        self.transport: asyncio.Transport | None = None
+        self.loop = asyncio.get_running_loop()
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while True:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = self.buffer[:end].decode("latin-1")
+            length = 0
+            for line in head.split("\r\n")[1:]:
+                name, _, value = line.partition(":")
+                if name.strip().lower() == "content-length":
+                    length = int(value.strip())
+            if len(self.buffer) < end + 4 + length:
+                return
+            body = self.buffer[end + 4:end + 4 + length]
+            self.buffer = self.buffer[end + 4 + length:]
+            self.handle(head.split(" ", 2), body)
+
+    def handle(self, request_line: list[str], body: bytes) -> None:
+        method, path = request_line[0], request_line[1]
+        if method == "GET":
+            if path.startswith("/stats"):
+                self.transport.write(_json_response(self.timing.stats_and_reset()))
+            else:
+                self.transport.write(_json_response({"object": "list", "data": [{"id": "ref", "object": "model"}]}))
+            return
+        request = json.loads(body or b"{}")
+        n = int(request.get("max_tokens") or request.get("max_completion_tokens") or 16)
+        chat = path.endswith("/chat/completions")
+        prompt = request.get("prompt") if not chat else request["messages"][-1]["content"]
+        prompt_tokens = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
+        options = request.get("stream_options") or {}
+        if not request.get("stream"):
+            choice = {"index": 0, "finish_reason": "length"}
+            text = " tok" * n
+            choice |= {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
+            self.transport.write(_json_response({"choices": [choice], "usage": usage}))
+            return
+        self.transport.write(HEAD)
+        start = self.loop.time()
+        self.timing.first_read = min(self.timing.first_read, start)
+        stream = _Stream(self, n, chat, prompt_tokens, bool(options.get("include_usage")),
+                         bool(options.get("continuous_usage_stats")))
+        stream.schedule(start)
+
+
+class _Stream:
+    """The writes of one streamed response, each at start + TTFT + k * GAP."""
+
+    def __init__(self, proto: RefProtocol, n: int, chat: bool, prompt_tokens: int,
+                 usage: bool, per_chunk_usage: bool) -> None:
+        self.proto, self.n, self.chat = proto, n, chat
+        self.prompt_tokens, self.usage, self.per_chunk_usage = prompt_tokens, usage, per_chunk_usage
+        self.k = 0
+        kind = "chat.completion.chunk" if chat else "text_completion"
+        self.head = {"id": "cmpl-ref", "object": kind, "created": 0, "model": "ref"}
+
+    def schedule(self, start: float) -> None:
+        self.start = start
+        self.deadline = start + self.proto.timing.ttft_s
+        self.proto.loop.call_at(self.deadline, self.write_token)
+
+    def write_token(self) -> None:
+        proto = self.proto
+        transport = proto.transport
+        if transport is None or transport.is_closing():
+            return
+        now = proto.loop.time()
+        timing = proto.timing
+        timing.lateness_s.append(now - self.deadline)
+        if self.k == 0:
+            timing.ttfts_s.append(now - self.start)
+        else:
+            timing.gaps_s.append(now - self.previous)
+        self.previous = now
+        timing.tokens += 1
+        timing.last_write = max(timing.last_write, now)
+        self.k += 1
+        last = self.k == self.n
+        finish = "length" if last else None
+        choice = {"index": 0, "finish_reason": finish}
+        choice |= {"delta": {"content": " tok"}} if self.chat else {"text": " tok", "logprobs": None}
+        event = {**self.head, "choices": [choice]}
+        if self.per_chunk_usage:
+            event["usage"] = self._usage(self.k)
+        data = _event(event)
+        if last:
+            if self.usage:
+                data += _event({**self.head, "choices": [], "usage": self._usage(self.n)})
+            data += _event("[DONE]") + b"0\r\n\r\n"
+            transport.write(data)
+            return
+        transport.write(data)
+        self.deadline = self.start + proto.timing.ttft_s + self.k * proto.timing.gap_s
+        proto.loop.call_at(self.deadline, self.write_token)
+
+    def _usage(self, k: int) -> dict:
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": k,
+                "total_tokens": self.prompt_tokens + k}
+
+
+async def serve(port: int, timing: Timing) -> None:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: RefProtocol(timing), "127.0.0.1", port, backlog=4096)
+    print(f"refserver listening on 127.0.0.1:{port}", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, default=32100)
+    parser.add_argument("--ttft-ms", type=float, default=20.0)
+    parser.add_argument("--gap-ms", type=float, default=5.0)
+    parser.add_argument("--cpu", type=int, default=None, help="pin to this core")
+    args = parser.parse_args()
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})
+    asyncio.run(serve(args.port, Timing(args.ttft_ms / 1000, args.gap_ms / 1000)))
+
+
+if __name__ == "__main__":
+    main()

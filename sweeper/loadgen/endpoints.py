@@ -1,0 +1,62 @@
+"""The OpenAI-style endpoints the client speaks: their URLs, request bodies and streamed text.
+
+`completions` (/v1/completions) takes a text prompt or a list of token ids; `chat`
+(/v1/chat/completions) takes text only, wrapped in one user message (the server's chat template
+adds tokens, so the input length is what the server's usage reports, not what was drawn).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+Api = Literal["completions", "chat"]
+APIS: tuple[str, ...] = ("completions", "chat")
+_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+
+
+def endpoint_url(base_url: str, api: Api) -> str:
+    if api not in _PATHS:
+        raise ValueError(f"unknown api {api!r} (known: {', '.join(APIS)})")
+    return base_url.rstrip("/") + _PATHS[api]
+
+
+def build_request_body(
+    api: Api,
+    model: str,
+    prompt: str | list[int],
+    max_tokens: int,
+    *,
+    stream: bool,
+    extra_body: dict | None = None,
+    min_tokens: bool = False,
+    continuous_usage: bool = False,
+) -> dict[str, Any]:
+    """Greedy request body. A streamed load request also ignores EOS (and, with min_tokens, asks
+    for at least max_tokens) so it runs to max_tokens, and asks for the usage report; with
+    continuous_usage, for a cumulative usage in every chunk too (SGLang, vLLM)."""
+    body: dict[str, Any] = {"model": model}
+    if api == "chat":
+        if not isinstance(prompt, str):
+            raise ValueError("the chat api takes text prompts, not token ids")
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    body |= {"max_tokens": max_tokens, "temperature": 0}
+    if stream:
+        options: dict[str, bool] = {"include_usage": True}
+        if continuous_usage:
+            options["continuous_usage_stats"] = True
+        body |= {"ignore_eos": True, "stream": True, "stream_options": options}
+        if min_tokens:
+            body["min_tokens"] = max_tokens
+    return body | (extra_body or {})
+
+
+def choice_text(choice: dict) -> str:
+    """The text a streamed or whole choice carries: `text` (completions) or the message/delta
+    `content` (chat); empty when it carries none."""
+    text = choice.get("text")
+    if text is None:
+        part = choice.get("delta") or choice.get("message") or {}
+        text = part.get("content") if isinstance(part, dict) else None
+    return text if isinstance(text, str) else ("" if text is None else str(text))

@@ -1,0 +1,71 @@
+"""Event-loop lag: how late the client's own loop runs, measured while it drives a level.
+
+Every timestamp the client takes (a chunk's arrival, a request's send) is taken by a callback of
+one event loop. When that loop is busy (too many streams for one core, a slow JSON decode), the
+callback runs late and the client, not the server, adds latency. A ticker task sleeps
+TICK_S at a time and records how much later than asked it woke up (its oversleep): that is the
+delay any other callback waiting at the same moment saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+TICK_S = 0.005
+
+
+@dataclass(frozen=True)
+class LagStats:
+    """Oversleep of the ticker, in milliseconds."""
+
+    ticks: int
+    median_ms: float
+    p99_ms: float
+    max_ms: float
+
+
+def lag_stats(oversleeps_s: list[float]) -> LagStats:
+    """Pure summary of oversleep samples (seconds) in ms; zeros when there are none."""
+    if not oversleeps_s:
+        return LagStats(0, 0.0, 0.0, 0.0)
+    values = np.asarray(oversleeps_s, dtype=float) * 1000.0
+    return LagStats(
+        ticks=int(values.size),
+        median_ms=float(np.median(values)),
+        p99_ms=float(np.percentile(values, 99)),
+        max_ms=float(values.max()),
+    )
+
+
+class LoopLagMonitor:
+    """`async with LoopLagMonitor() as lag: ...` then `lag.stats()`."""
+
+    def __init__(self, tick_s: float = TICK_S) -> None:
+        self.tick_s = tick_s
+        self.oversleeps_s: list[float] = []
+        self._task: asyncio.Task | None = None
+
+    async def __aenter__(self) -> LoopLagMonitor:
+        self._task = asyncio.create_task(self._tick())
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    async def _tick(self) -> None:
+        while True:
+            asked = time.perf_counter() + self.tick_s
+            await asyncio.sleep(self.tick_s)
+            self.oversleeps_s.append(max(time.perf_counter() - asked, 0.0))
+
+    def stats(self) -> LagStats:
+        return lag_stats(self.oversleeps_s)

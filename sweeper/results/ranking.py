@@ -1,0 +1,65 @@
+"""Ranking at any concurrency level: the objective's metric read at level C. Only feasible trials
+whose level C is valid rank; duplicates, failures and invalid levels never do."""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+import pandas as pd
+
+from sweeper.errors import UserError
+from sweeper.results.leaderboard import concurrency_levels, leaderboard_frame
+from sweeper.results.stored import ObjectiveSpec, objective_spec
+
+
+def rank_value(trial_levels: dict, feasible: bool, spec: ObjectiveSpec) -> float:
+    """The metric a trial ranks by at the spec's level; NaN when it cannot rank there."""
+    metrics = trial_levels.get(str(spec.level)) or {}
+    value = metrics.get(spec.metric)
+    if not feasible or metrics.get("valid") is not True or value is None:
+        return math.nan
+    value = float(value)
+    return value if math.isfinite(value) else math.nan
+
+
+def check_level(study: optuna.Study, level: int | None) -> None:
+    levels = concurrency_levels(study)
+    if level is not None and level not in levels:
+        raise UserError(f"--level {level}: study {study.study_name!r} measured levels "
+                        f"{', '.join(map(str, levels)) or 'none'}")
+
+
+def ranked_frame(study: optuna.Study, level: int | None = None, feasible_only: bool = False) -> pd.DataFrame:
+    """The leaderboard with `rank` (1 = best; empty when a trial does not rank), `rank_level` and
+    `rank_value`, ranked trials first, then the rest by trial number."""
+    check_level(study, level)
+    spec = objective_spec(study, level)
+    frame = leaderboard_frame(study)
+    if frame.empty:
+        return frame.assign(rank=pd.Series(dtype="Int64"), rank_level=pd.Series(dtype="int64"),
+                            rank_value=pd.Series(dtype="float64"))
+    levels_by_trial = {t.number: t.user_attrs.get("levels", {}) for t in study.get_trials(deepcopy=False)}
+    values = [rank_value(levels_by_trial.get(n, {}), bool(f), spec)
+              for n, f in zip(frame["trial"], frame["feasible"])]
+    frame = frame.assign(rank_level=spec.level, rank_value=values)
+    key = -frame["rank_value"] if spec.maximize else frame["rank_value"]
+    frame = (frame.assign(_key=key).sort_values(["_key", "trial"], na_position="last")
+             .drop(columns="_key").reset_index(drop=True))
+    ranked = frame["rank_value"].notna()
+    frame["rank"] = pd.array([i + 1 if r else None for i, r in enumerate(ranked)], dtype="Int64")
+    if feasible_only:
+        frame = frame[ranked].reset_index(drop=True)
+    return frame
+
+
+def best_ranked_trial(study: optuna.Study, level: int | None = None) -> optuna.trial.FrozenTrial | None:
+    """The trial ranked first at `level` (default: the objective's level), or None."""
+    frame = ranked_frame(study, level, feasible_only=True)
+    if frame.empty:
+        return None
+    return _trial_by_number(study, int(frame["trial"].iloc[0]))
+
+
+def _trial_by_number(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
+    return next(t for t in study.get_trials(deepcopy=False) if t.number == number)

@@ -1,0 +1,189 @@
+"""Everything the report shows, gathered from the study alone (no GPU, no re-run) into plain
+values. Pure: it reads the study object and returns data; the formatters turn it into text."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from sweeper.results.gap import GapToTarget, build_study_gap
+from sweeper.results.importance import build_param_importances
+from sweeper.results.leaderboard import concurrency_levels, parameter_names
+from sweeper.results.provenance import build_provenance
+from sweeper.results.ranking import ranked_frame
+from sweeper.results.stored import ObjectiveSpec, objective_spec
+
+TOP_CONFIGS = 5
+LATENCY_CONFIGS = 3
+STAGES = ("preflight", "launch", "wait_ready", "check_output", "load", "stop")
+PERCENTILES = ("median", "p90", "p99")
+
+
+@dataclass(frozen=True)
+class ConfigLevels:
+    """One ranked config and its metrics at every level it measured validly."""
+
+    trial: int
+    rank: int
+    value: float
+    params: dict[str, Any]
+    levels: tuple[int, ...]
+    metrics: dict[int, dict[str, float]]  # level -> bench_serving metrics
+
+    @property
+    def label(self) -> str:
+        return f"#{self.trial}"
+
+    def series(self, key: str) -> list[float]:
+        return [float(self.metrics[c].get(key, float("nan"))) for c in self.levels]
+
+
+@dataclass(frozen=True)
+class TimelineRow:
+    trial: int
+    start_s: float
+    stage_seconds: dict[str, float]
+    outcome: str
+
+
+@dataclass(frozen=True)
+class ReportData:
+    title: str
+    provenance: dict[str, str]
+    objective: ObjectiveSpec
+    levels: list[int]
+    parameters: list[str]
+    counts: dict[str, int]
+    top: list[ConfigLevels]
+    pareto_points: list[tuple[int, float, float]]
+    pareto_front: list[tuple[int, float, float]]
+    importances: dict[str, float]
+    importance_note: str
+    failures: list[tuple[str, str, int, list[int]]]
+    timeline: list[TimelineRow]
+    stage_totals: dict[str, float]
+    gap: GapToTarget | None
+    ablation: Any = None
+    space_description: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def pareto_front(points: list[tuple[int, float, float]]) -> list[tuple[int, float, float]]:
+    """Points (trial, latency, throughput) that no other point beats on both: lower latency and
+    higher throughput. Sorted by latency."""
+    front: list[tuple[int, float, float]] = []
+    best = float("-inf")
+    for point in sorted(points, key=lambda p: (p[1], -p[2])):
+        if point[2] > best:
+            front.append(point)
+            best = point[2]
+    return front
+
+
+def _valid_levels(trial: FrozenTrial, levels: list[int]) -> dict[int, dict]:
+    stored = trial.user_attrs.get("levels", {})
+    return {c: stored[str(c)] for c in levels if (stored.get(str(c)) or {}).get("valid") is True}
+
+
+def build_top_configs(study: optuna.Study, frame, levels: list[int], k: int) -> list[ConfigLevels]:
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    top = []
+    for _, row in frame[frame["rank"].notna()].head(k).iterrows():
+        trial = trials[int(row["trial"])]
+        metrics = _valid_levels(trial, levels)
+        top.append(ConfigLevels(trial.number, int(row["rank"]), float(row["rank_value"]), dict(trial.params),
+                                tuple(sorted(metrics)), metrics))
+    return top
+
+
+def build_pareto_points(study: optuna.Study, frame, level: int) -> list[tuple[int, float, float]]:
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    points = []
+    for number in frame.loc[frame["rank"].notna(), "trial"]:
+        metrics = _valid_levels(trials[int(number)], [level]).get(level)
+        if metrics and metrics.get("p99_ttft_ms") is not None and metrics.get("output_throughput") is not None:
+            points.append((int(number), float(metrics["p99_ttft_ms"]), float(metrics["output_throughput"])))
+    return points
+
+
+def build_failures(frame) -> list[tuple[str, str, int, list[int]]]:
+    """(stage, kind, count, trials), most frequent first."""
+    failed = frame[frame["failure_kind"].fillna("") != ""]
+    groups: dict[tuple[str, str], list[int]] = {}
+    for _, row in failed.iterrows():
+        groups.setdefault((str(row["failure_stage"]), str(row["failure_kind"])), []).append(int(row["trial"]))
+    return sorted(((s, k, len(t), sorted(t)) for (s, k), t in groups.items()), key=lambda g: (-g[2], g[0], g[1]))
+
+
+def _outcome(trial: FrozenTrial, frame_row) -> str:
+    if "duplicate_of" in trial.user_attrs:
+        return f"duplicate of {trial.user_attrs['duplicate_of']}"
+    if frame_row is not None and frame_row["failure_kind"]:
+        return f"{frame_row['failure_stage']}/{frame_row['failure_kind']}"
+    return trial.state.name.lower() if trial.state != TrialState.COMPLETE else "ok"
+
+
+def build_timeline(study: optuna.Study, frame) -> list[TimelineRow]:
+    trials = [t for t in study.get_trials(deepcopy=False) if t.datetime_start is not None]
+    if not trials:
+        return []
+    origin = min(t.datetime_start for t in trials)
+    rows_by_trial = {int(r["trial"]): r for _, r in frame.iterrows()}
+    rows = []
+    for t in sorted(trials, key=lambda t: t.number):
+        seconds = t.user_attrs.get("stage_seconds") or {}
+        ordered = {s: float(seconds[s]) for s in STAGES if s in seconds}
+        ordered.update({s: float(v) for s, v in seconds.items() if s not in ordered})
+        rows.append(TimelineRow(t.number, (t.datetime_start - origin).total_seconds(), ordered,
+                                _outcome(t, rows_by_trial.get(t.number))))
+    return rows
+
+
+def build_stage_totals(timeline: list[TimelineRow]) -> dict[str, float]:
+    totals: Counter[str] = Counter()
+    for row in timeline:
+        totals.update(row.stage_seconds)
+    return {s: totals[s] for s in [*STAGES, *sorted(set(totals) - set(STAGES))] if s in totals}
+
+
+def build_counts(study: optuna.Study, frame) -> dict[str, int]:
+    trials = study.get_trials(deepcopy=False)
+    return {
+        "trials": len(trials),
+        "evaluations": sum(1 for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("launched")),
+        "ranked": int(frame["rank"].notna().sum()) if len(frame) else 0,
+        "failed": int((frame["failure_kind"].fillna("") != "").sum()) if len(frame) else 0,
+        "duplicates": sum(1 for t in trials if "duplicate_of" in t.user_attrs),
+    }
+
+
+def build_report_data(study: optuna.Study, top: int = TOP_CONFIGS) -> ReportData:
+    spec = objective_spec(study)
+    levels = concurrency_levels(study)
+    frame = ranked_frame(study)
+    importances, note = build_param_importances(study)
+    timeline = build_timeline(study, frame) if len(frame) else []
+    points = build_pareto_points(study, frame, spec.level) if len(frame) else []
+    return ReportData(
+        title=f"sweeper report: {study.study_name}",
+        provenance=build_provenance(study),
+        objective=spec,
+        levels=levels,
+        parameters=parameter_names(study),
+        counts=build_counts(study, frame),
+        top=build_top_configs(study, frame, levels, top) if len(frame) else [],
+        pareto_points=points,
+        pareto_front=pareto_front(points),
+        importances=importances,
+        importance_note=note,
+        failures=build_failures(frame) if len(frame) else [],
+        timeline=timeline,
+        stage_totals=build_stage_totals(timeline),
+        gap=build_study_gap(study),
+        ablation=study.user_attrs.get("ablation"),
+        space_description=str(study.user_attrs.get("space", {}).get("description", "")),
+    )

@@ -1,0 +1,160 @@
+"""The report as neutral sections (headings, paragraphs, tables, a figure name), built from
+ReportData. The HTML and Markdown renderers both read these, so the two files say the same."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from sweeper.results.gap import GapToTarget, format_gap_lines
+from sweeper.results.report_data import PERCENTILES, ReportData
+
+
+@dataclass(frozen=True)
+class Table:
+    headers: list[str]
+    rows: list[list[str]]
+
+
+@dataclass(frozen=True)
+class Section:
+    key: str  # anchor id, and the figure's file name when there is one
+    title: str
+    paragraphs: list[str] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    figure: str | None = None  # name of the figure shown in this section
+
+
+def fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return "-" if math.isnan(value) else f"{value:,.{digits}f}"
+    return str(value)
+
+
+def format_params(params: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items())
+
+
+def build_summary_section(data: ReportData) -> Section:
+    c, p = data.counts, data.provenance
+    text = (f"{c['trials']} trials, {c['evaluations']} real evaluations, {c['ranked']} ranked, "
+            f"{c['failed']} failed, {c['duplicates']} duplicates. Objective: {data.objective.metric} at "
+            f"C={data.objective.level} ({'maximize' if data.objective.maximize else 'minimize'}). "
+            f"Engine {p['engine'] or '?'} on host {p['host'] or '?'}, model {p['model'] or '?'}.")
+    paragraphs = [data.space_description, text] if data.space_description else [text]
+    return Section("summary", "Summary", paragraphs)
+
+
+def build_gap_section(gap: GapToTarget | None) -> Section | None:
+    if gap is None:
+        return None
+    steps = Table(["level", "step (median ITL, ms)", "output tok/s"],
+                  [[str(s.level), fmt(s.step_ms, 1), fmt(s.output_tok_s)] for s in gap.steps])
+    tables = [steps]
+    if gap.kernels:
+        tables.append(Table(["kernel group", f"share of the step at C={gap.level}", "ms"],
+                            [[k.group, f"{100 * k.fraction:.1f}%", fmt(k.step_ms, 1)] for k in gap.kernels]))
+    notes = ["The decode step at each level is the median inter-token latency (in a decode-bound "
+             "regime each running request gets one token per step); C requests at T tok/s in all "
+             "need a step of C / T seconds."]
+    return Section("gap", "Gap to target", format_gap_lines(gap) + notes, tables)
+
+
+def build_top_section(data: ReportData) -> Section:
+    levels = data.levels
+    rows = [[str(c.rank), str(c.trial), fmt(c.value),
+             *[fmt(c.metrics[l]["output_throughput"]) if l in c.metrics else "-" for l in levels],
+             format_params(c.params)] for c in data.top]
+    table = Table(["rank", "trial", data.objective.name, *[f"C={l} tok/s" for l in levels], "config"], rows)
+    paragraphs = [] if data.top else ["No config has ranked yet."]
+    return Section("throughput", "Throughput against concurrency (top configs)", paragraphs, [table],
+                   figure="throughput")
+
+
+def build_latency_section(data: ReportData) -> Section:
+    tables = []
+    for config in data.top[:1]:
+        headers = ["level", *[f"TTFT {p} (ms)" for p in PERCENTILES], *[f"ITL {p} (ms)" for p in PERCENTILES]]
+        rows = [[str(level), *[fmt(config.metrics[level].get(f"{p}_ttft_ms"), 1) for p in PERCENTILES],
+                 *[fmt(config.metrics[level].get(f"{p}_itl_ms"), 1) for p in PERCENTILES]]
+                for level in config.levels]
+        tables.append(Table(headers, rows))
+    paragraphs = [f"Percentiles per level of the best config (trial {data.top[0].trial}); the plot shows "
+                  f"the top {min(3, len(data.top))}."] if data.top else ["No config has ranked yet."]
+    return Section("latency", "TTFT and ITL percentiles per level", paragraphs, tables, figure="latency")
+
+
+def build_pareto_section(data: ReportData) -> Section:
+    level = data.objective.level
+    table = Table(["trial", f"p99 TTFT at C={level} (ms)", f"output tok/s at C={level}"],
+                  [[str(t), fmt(ttft, 1), fmt(tok)] for t, ttft, tok in data.pareto_front])
+    text = (f"{len(data.pareto_front)} of {len(data.pareto_points)} ranked configs are on the front: "
+            "none of the others has both a lower p99 TTFT and a higher throughput.")
+    return Section("pareto", f"Pareto front: tok/s against p99 TTFT at C={level}", [text], [table],
+                   figure="pareto")
+
+
+def build_importance_section(data: ReportData) -> Section:
+    table = Table(["parameter", "importance"], [[k, f"{v:.3f}"] for k, v in data.importances.items()])
+    return Section("importance", "Parameter importance",
+                   [f"optuna.importance.get_param_importances {data.importance_note}."],
+                   [table] if data.importances else [], figure="importance")
+
+
+def build_failures_section(data: ReportData) -> Section:
+    table = Table(["stage", "kind", "trials", "which"],
+                  [[s, k, str(n), ", ".join(map(str, t))] for s, k, n, t in data.failures])
+    text = f"{sum(n for _, _, n, _ in data.failures)} failed trials." if data.failures else "No failures."
+    return Section("failures", "Failures by stage and kind", [text], [table] if data.failures else [],
+                   figure="failures")
+
+
+def build_timeline_section(data: ReportData) -> Section:
+    total = sum(data.stage_totals.values())
+    totals = Table(["stage", "wall seconds", "share"],
+                   [[s, fmt(v, 1), f"{100 * v / total:.1f}%" if total else "-"] for s, v in data.stage_totals.items()])
+    per_trial = Table(["trial", "start (s)", *data.stage_totals, "outcome"],
+                      [[str(r.trial), fmt(r.start_s, 1), *[fmt(r.stage_seconds.get(s), 2) for s in data.stage_totals],
+                        r.outcome] for r in data.timeline])
+    text = f"{fmt(total, 1)} wall seconds in trial stages over {len(data.timeline)} trials."
+    return Section("timeline", "Timeline of the sweep: where the time went", [text], [totals, per_trial],
+                   figure="timeline")
+
+
+def build_ablation_section(ablation: Any) -> Section | None:
+    """The study attr `ablation`, when a study has one: a list of rows, a mapping of rows, or any
+    other JSON value shown as is."""
+    if ablation in (None, {}, []):
+        return None
+    rows = None
+    if isinstance(ablation, list) and all(isinstance(r, dict) for r in ablation):
+        rows = ablation
+    elif isinstance(ablation, dict) and all(isinstance(r, dict) for r in ablation.values()):
+        rows = [{"name": name, **r} for name, r in ablation.items()]
+    if rows:
+        headers = list(dict.fromkeys(k for r in rows for k in r))
+        return Section("ablation", "Ablation", [], [Table(headers, [[fmt(r.get(h)) for h in headers] for r in rows])])
+    return Section("ablation", "Ablation", [json.dumps(ablation, indent=1, default=str)])
+
+
+def build_provenance_section(data: ReportData) -> Section:
+    rows = [[k, v if v else "(unknown)"] for k, v in data.provenance.items()]
+    return Section("provenance", "Provenance", ["Rebuilt from the study storage alone (no GPU, no re-run). "
+                                                "(unknown): the study does not record it."],
+                   [Table(["what", "value"], rows)])
+
+
+def build_sections(data: ReportData) -> list[Section]:
+    sections = [
+        build_summary_section(data), build_gap_section(data.gap), build_top_section(data),
+        build_latency_section(data), build_pareto_section(data), build_importance_section(data),
+        build_failures_section(data), build_timeline_section(data), build_ablation_section(data.ablation),
+        build_provenance_section(data),
+    ]
+    return [s for s in sections if s is not None]

@@ -1,0 +1,116 @@
+"""The llamacpp adapter against the real llama-server: readiness, broken configs classified from the
+server's own log lines within 2 s with nothing left running, and the output-check modes."""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from sweeper.config import HostSpec, Launch, OutputCheck, parse_space
+from sweeper.engines.llamacpp import LLAMACPP_INFO, LlamaCppEngine
+from sweeper.hosts.local import LocalHost
+from sweeper.hosts.procfs import live_group_members
+from sweeper.trial import Crashed, Ready, check_output, stop, wait_ready
+from tests.llamacpp import llama_env, needs_llama_server, tiny_gguf  # noqa: F401
+
+pytestmark = [pytest.mark.slow, needs_llama_server]
+
+FAST = Launch(ready_timeout_s=30, stall_timeout_s=10, stop_grace_s=2, poll_interval_s=0.1)
+
+
+@pytest.fixture
+def host():
+    h = LocalHost("local", HostSpec(transport="local"))
+    yield h
+    h.close()
+
+
+def space_for(model, fixed: str = "{}"):
+    return parse_space(f"name: t\nengine: llamacpp\nmodel: {model}\nfixed_flags: {fixed}\n"
+                       "parameters:\n  threads: {type: categorical, choices: [1, 2], flag: -t}\n", "t.yaml")
+
+
+def free_port(host) -> int:
+    return next(p for p in range(34000, 35000, 10) if host.port_is_free(p))
+
+
+def start(host, tmp_path, space, port, config=None):
+    spec = LlamaCppEngine().build_launch_spec(space, config or {"threads": 2}, HostSpec(transport="local"),
+                                              port, "python")
+    return host.start_detached(spec.argv, spec.env, str(tmp_path), str(tmp_path / "server.log"),
+                               uuid.uuid4().hex)
+
+
+def start_and_wait(host, tmp_path, space, port):
+    proc = start(host, tmp_path, space, port)
+    started = time.monotonic()
+    verdict = wait_ready(host, proc, LLAMACPP_INFO, port, space.model, FAST)
+    return proc, verdict, time.monotonic() - started
+
+
+def oversized_context() -> int:
+    """A context whose f32 KV cache (8 KiB a token for 4 x 256) is 4x this machine's RAM + swap:
+    a single allocation the kernel refuses at once (heuristic overcommit)."""
+    meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    total = (int(meminfo["MemTotal"].split()[0]) + int(meminfo["SwapTotal"].split()[0])) * 1024
+    return 1 << (4 * total // 8192).bit_length()
+
+
+@pytest.mark.parametrize("case, kind, line", [
+    ("missing_model", "model_missing", "failed to open GGUF file"),
+    ("huge_context", "oom", "insufficient memory"),
+])
+def test_a_broken_config_is_classified_from_the_log_within_two_seconds(host, tmp_path, llama_env, tiny_gguf,
+                                                                       case, kind, line):
+    if case == "missing_model":
+        space = space_for(tmp_path / "no-such-model.gguf")
+    else:
+        if Path("/proc/sys/vm/overcommit_memory").read_text().strip() == "1":
+            pytest.skip("overcommit_memory=1: the kernel grants any allocation")
+        space = space_for(tiny_gguf, f"{{-c: {oversized_context()}, -ctk: f32, -ctv: f32, -fit: 'off', --no-warmup: true}}")
+    port = free_port(host)
+    proc, verdict, seconds = start_and_wait(host, tmp_path, space, port)
+    report = stop(host, proc, port, FAST.stop_grace_s)
+    assert isinstance(verdict, Crashed) and verdict.kind == kind, verdict
+    assert seconds < 2.0
+    assert line in verdict.log_tail
+    assert live_group_members(proc.pgid) == [] and not report.left_behind
+    assert host.port_is_free(port)
+
+
+def test_a_busy_port_is_the_servers_own_bind_error(host, tmp_path, llama_env, tiny_gguf):
+    port = free_port(host)
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", port))  # bound, not listening: the health probe is refused at once
+    try:
+        proc, verdict, seconds = start_and_wait(host, tmp_path, space_for(tiny_gguf), port)
+        stop(host, proc, port, FAST.stop_grace_s)
+    finally:
+        holder.close()
+    assert isinstance(verdict, Crashed) and verdict.kind == "port_busy", verdict
+    assert "couldn't bind HTTP server socket" in verdict.log_tail and seconds < 2.0
+    assert live_group_members(proc.pgid) == []
+
+
+def test_a_good_config_is_ready_and_the_check_modes_behave(host, tmp_path, llama_env, tiny_gguf):
+    space = space_for(tiny_gguf)
+    port = free_port(host)
+    proc, verdict, seconds = start_and_wait(host, tmp_path, space, port)
+    try:
+        assert isinstance(verdict, Ready), verdict
+        url = host.base_url(port)
+        text, failure = check_output(url, space.model, OutputCheck(mode="none", max_tokens=8), None)
+        assert failure is None and text
+        again, _ = check_output(url, space.model, OutputCheck(mode="none", max_tokens=8), "other")
+        assert again == text  # greedy and the same server: the same tokens
+        _, failure = check_output(url, space.model, OutputCheck(mode="reference-only", max_tokens=8), None)
+        assert failure is None  # no reference yet: nothing to compare, no garbage detector
+        _, failure = check_output(url, space.model, OutputCheck(mode="reference-only", max_tokens=8), text + "x")
+        assert failure is not None and failure.kind == "garbage_output"
+    finally:
+        stop(host, proc, port, FAST.stop_grace_s)
+    assert live_group_members(proc.pgid) == []
