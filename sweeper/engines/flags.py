@@ -11,6 +11,7 @@ REPLACEMENTS = {
     "--cuda-graph-max-bs": "--cuda-graph-max-bs-decode / --cuda-graph-max-bs-prefill (removed in SGLang 0.5.20)",
     "--disable-cuda-graph": "--cuda-graph-backend-decode disabled (deprecated from SGLang 0.5.16)",
     "--enable-dp-attention": "--attn-dp-size (deprecated in SGLang 0.5.23)",
+    "--mlock": "-lm/--load-mode mlock (llama.cpp's llama-server)",
 }
 
 _FLAG = re.compile(r"(?<![\w-])(--[A-Za-z0-9][A-Za-z0-9_.-]*)(?:[ =]\{([^}]*)\})?")
