@@ -26,8 +26,9 @@ from sweeper.loadgen.lag import LagStats
 STAT_NAMES = ("mean", "median", "std", "p90", "p95", "p99")
 MAX_ERRORS_KEPT = 5
 MIN_CONCURRENCY_FRACTION = 0.95
-# Calibrated in bench/capacity.py: on one core the client's median TTFT/ITL stay within 0.5 ms of
-# the truth while the ticker's p99 oversleep stays below this (bench/README.md, "Capacity").
+# From bench/capacity.py (bench/README.md): on one core, p99 oversleep stayed at 1.1-1.8 ms while
+# tok/s and median ITL held their bounds (to ~19,000 tok/s), and passed 5 ms where TTFT ran 10+ ms
+# late (~29,000 tok/s and beyond).
 MAX_CLIENT_LAG_P99_MS = 5.0
 UNSTABLE_CV = 0.05
 
