@@ -179,6 +179,8 @@ class Workload(Strict):
     min_tokens: bool = Field(False, description="also send min_tokens = output_len")
     continuous_usage_stats: bool = Field(True, description="ask for usage in every chunk")
     stall_timeout_s: float | None = Field(None, gt=0, description="no byte this long: a stall")
+    max_client_lag_ms: float = Field(5.0, gt=0, description="client event-loop p99 lag above this: "
+                                     "the level is invalid (raise it on a shared, busy controller)")
 
     @field_validator("concurrency")
     @classmethod

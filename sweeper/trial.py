@@ -232,7 +232,8 @@ def run_ladder(base_url: str, model: str, workload: Workload, time_scale: float,
             (samples_dir / f"c{concurrency}{suffix}.json").write_text(json.dumps([asdict(s) for s in run.samples]))
             repeats.append(summarize_level(run.samples, concurrency, run.duration_s, time_scale=time_scale,
                                            requested_output_len=workload.output_len, lag=run.lag,
-                                           slo_ttft_ms=workload.slo_ttft_ms, slo_tpot_ms=workload.slo_tpot_ms))
+                                           slo_ttft_ms=workload.slo_ttft_ms, slo_tpot_ms=workload.slo_tpot_ms,
+                                           max_client_lag_ms=workload.max_client_lag_ms))
         metrics = combine_repeats(repeats)
         levels[concurrency] = metrics
         if not still_alive():

@@ -27,6 +27,16 @@ def tiny_gguf(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def deep_gguf(tmp_path_factory) -> Path:
+    """32 layers x 256, 300-token vocabulary (~55 MB): 64 KiB of f32 KV cache a token, so a context
+    larger than the machine's memory has few cells, and its allocation fails within a fraction
+    of a second of launch (the server sets its cells up before it allocates the cache)."""
+    path = tmp_path_factory.mktemp("models") / "random-32x256.gguf"
+    write_random_gguf(path, 32, 256, seed=0, vocab=300)
+    return path
+
+
 @pytest.fixture
 def llama_env(monkeypatch) -> str:
     """Point sweeper (in this process and its children) at the binary."""

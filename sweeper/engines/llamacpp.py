@@ -45,7 +45,7 @@ LLAMACPP_SIGNATURES = (
 LLAMACPP_INFO = EngineInfo(
     name="llamacpp",
     # /health answers 503 {"message": "Loading model"} until the model is loaded, then 200
-    readiness=Readiness(health_path="/health", ready_line="server is listening on"),
+    readiness=Readiness(health_path="/health", ready_line="listening on http://"),
     signatures=LLAMACPP_SIGNATURES,
 )
 

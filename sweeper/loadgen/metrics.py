@@ -93,6 +93,7 @@ def invalid_reasons(
     achieved: float,
     requested_output_len: int | None,
     lag: LagStats | None = None,
+    max_client_lag_ms: float = MAX_CLIENT_LAG_P99_MS,
 ) -> list[str]:
     """Why a level's numbers cannot be trusted; empty when they can. concurrency=None (open
     loop) skips the concurrency check."""
@@ -132,10 +133,10 @@ def invalid_reasons(
             f"achieved concurrency {achieved:.2f} below {MIN_CONCURRENCY_FRACTION:.0%} "
             f"of target {concurrency}"
         )
-    if lag is not None and lag.p99_ms > MAX_CLIENT_LAG_P99_MS:
+    if lag is not None and lag.p99_ms > max_client_lag_ms:
         reasons.append(
             f"client lagged: event-loop p99 lag {lag.p99_ms:.1f} ms above "
-            f"{MAX_CLIENT_LAG_P99_MS:g} ms (max {lag.max_ms:.1f} ms)"
+            f"{max_client_lag_ms:g} ms (max {lag.max_ms:.1f} ms)"
         )
     return reasons
 
@@ -155,6 +156,7 @@ def summarize_level(
     lag: LagStats | None = None,
     slo_ttft_ms: float | None = None,
     slo_tpot_ms: float | None = None,
+    max_client_lag_ms: float = MAX_CLIENT_LAG_P99_MS,
 ) -> dict:
     """bench_serving-style metrics for one concurrency level, with `valid` and `invalid_reasons`.
 
@@ -177,7 +179,7 @@ def summarize_level(
     total_input = sum(s.prompt_tokens for s in completed)
     total_output = sum(s.output_tokens for s in completed)
     achieved = achieved_concurrency(latencies, dur)
-    reasons = invalid_reasons(samples, concurrency, achieved, requested_output_len, lag)
+    reasons = invalid_reasons(samples, concurrency, achieved, requested_output_len, lag, max_client_lag_ms)
     goodput = None
     if slo_ttft_ms is not None or slo_tpot_ms is not None:
         ttft_s, tpot_s = (None if v is None else v * time_scale / 1000.0 for v in (slo_ttft_ms, slo_tpot_ms))

@@ -1,5 +1,6 @@
 """The llamacpp adapter against the real llama-server: readiness, broken configs classified from the
-server's own log lines within 2 s with nothing left running, and the output-check modes."""
+server's own log lines within 2 s with nothing left running (on this host and over SSH, through the
+test sshd), and the output-check modes."""
 
 from __future__ import annotations
 
@@ -14,17 +15,27 @@ from sweeper.config import HostSpec, Launch, OutputCheck, parse_space
 from sweeper.engines.llamacpp import LLAMACPP_INFO, LlamaCppEngine
 from sweeper.hosts.local import LocalHost
 from sweeper.hosts.procfs import live_group_members
+from sweeper.hosts.ssh import SSHHost
 from sweeper.trial import Crashed, Ready, check_output, stop, wait_ready
-from tests.llamacpp import llama_env, needs_llama_server, tiny_gguf  # noqa: F401
+from tests.llamacpp import deep_gguf, llama_env, needs_llama_server, tiny_gguf  # noqa: F401
 
 pytestmark = [pytest.mark.slow, needs_llama_server]
 
 FAST = Launch(ready_timeout_s=30, stall_timeout_s=10, stop_grace_s=2, poll_interval_s=0.1)
 
 
-@pytest.fixture
-def host():
-    h = LocalHost("local", HostSpec(transport="local"))
+@pytest.fixture(params=["local", "ssh"])
+def host(request, tmp_path):
+    """This machine directly, or reached over SSH (the test sshd: the server's log is read, its
+    process group stopped and its port probed through the connection)."""
+    if request.param == "local":
+        h = LocalHost("local", HostSpec(transport="local"))
+    else:
+        sshd = request.getfixturevalue("sshd")
+        request.getfixturevalue("ssh_home")
+        entry = sshd.host_entry(tmp_path / "remote-work", gpus=0, gpu_gate="off",
+                                env={"PATH": "/usr/local/bin:/usr/bin:/bin"})
+        h = SSHHost("box", HostSpec(**entry))
     yield h
     h.close()
 
@@ -53,25 +64,25 @@ def start_and_wait(host, tmp_path, space, port):
 
 
 def oversized_context() -> int:
-    """A context whose f32 KV cache (8 KiB a token for 4 x 256) is 4x this machine's RAM + swap:
+    """A context whose f32 KV cache (64 KiB a token for 32 x 256) is 4x this machine's RAM + swap:
     a single allocation the kernel refuses at once (heuristic overcommit)."""
     meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
     total = (int(meminfo["MemTotal"].split()[0]) + int(meminfo["SwapTotal"].split()[0])) * 1024
-    return 1 << (4 * total // 8192).bit_length()
+    return 1 << (4 * total // 65536).bit_length()
 
 
 @pytest.mark.parametrize("case, kind, line", [
     ("missing_model", "model_missing", "failed to open GGUF file"),
     ("huge_context", "oom", "insufficient memory"),
 ])
-def test_a_broken_config_is_classified_from_the_log_within_two_seconds(host, tmp_path, llama_env, tiny_gguf,
+def test_a_broken_config_is_classified_from_the_log_within_two_seconds(host, tmp_path, llama_env, deep_gguf,
                                                                        case, kind, line):
     if case == "missing_model":
         space = space_for(tmp_path / "no-such-model.gguf")
     else:
         if Path("/proc/sys/vm/overcommit_memory").read_text().strip() == "1":
             pytest.skip("overcommit_memory=1: the kernel grants any allocation")
-        space = space_for(tiny_gguf, f"{{-c: {oversized_context()}, -ctk: f32, -ctv: f32, -fit: 'off', --no-warmup: true}}")
+        space = space_for(deep_gguf, f"{{-c: {oversized_context()}, -ctk: f32, -ctv: f32, -fit: 'off', --no-warmup: true}}")
     port = free_port(host)
     proc, verdict, seconds = start_and_wait(host, tmp_path, space, port)
     report = stop(host, proc, port, FAST.stop_grace_s)
