@@ -110,6 +110,12 @@ def server_rate(log_text: str, requests: int) -> float:
     return sum(tokens[t] for t in ours) / (max(released[t] for t in ours) - min(launched.values()))
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def text_prompts(url: str, n: int, input_len: int, seed: int) -> list[str]:
     """Our prompt ids as the server's own text: both clients then send text of the same kind."""
     return [requests.post(url + "/detokenize", json={"tokens": ids}, timeout=10).json()["content"]
@@ -138,7 +144,17 @@ def run_guidellm(exe: str, tokenizer: str, url: str, prompts: list[str], output_
             "--output", f"kind=json,path={out}", "--disable-console"]
     env = os.environ | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     with open(folder / "guidellm.log", "w") as log:  # a file, not a pipe its workers could hold open
-        done = subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=900)
+        # its own process group: guidellm runs its requests in worker processes, and an interrupted
+        # run must not leave them streaming (llama-server would not stop while they do)
+        done = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            done.wait(timeout=900)
+        finally:
+            try:
+                os.killpg(done.pid, signal.SIGKILL)  # leftovers only: the group is empty after a clean exit
+            except ProcessLookupError:
+                pass
+            done.wait()
     if done.returncode != 0:
         raise RuntimeError(f"guidellm failed:\n{(folder / 'guidellm.log').read_text()[-3000:]}")
     bench = json.loads(out.read_text())["benchmarks"][0]
@@ -190,12 +206,15 @@ def main() -> int:
                 for side in order:
                     seed = 1000 * repeat + 10 * c + (side == "guidellm")
                     prompts = text_prompts(url, n, args.input_len, seed)
-                    log_from = log.stat().st_size
+                    log_from, cpu_from = log.stat().st_size, cpu_seconds(server.pid)
                     if side == "ours":
                         result = run_ours(url, prompts, args.output_len, c)
                     else:
                         result = run_guidellm(args.guidellm, args.tokenizer, url, prompts, args.output_len, c,
                                               Path(tempfile.mkdtemp(dir=work)))
+                    # the server's CPU per generated token: the same on both sides means a server rate
+                    # that differs between them is the CPU the server got (contention), not its work
+                    result["cpu_ms_per_token"] = 1000 * (cpu_seconds(server.pid) - cpu_from) / (n * args.output_len)
                     time.sleep(LOG_SETTLE_S)
                     with open(log, "rb") as text:
                         text.seek(log_from)
@@ -203,7 +222,8 @@ def main() -> int:
                     result["ratio"] = result["tok_s"] / result["server_tok_s"]
                     results[c][side].append(result)
                     print(f"repeat {repeat + 1} C={c} {side}: {result['tok_s']:.1f} tok/s, server "
-                          f"{result['server_tok_s']:.1f} (ratio {result['ratio']:.4f}) "
+                          f"{result['server_tok_s']:.1f} (ratio {result['ratio']:.4f}, server CPU "
+                          f"{result['cpu_ms_per_token']:.2f} ms a token) "
                           f"(prompt {result['prompt_tokens']:.1f} tokens, exact output counts: {result['exact']})",
                           flush=True)
     finally:
