@@ -49,6 +49,21 @@ def free_port(host) -> int:
     return next(p for p in range(34000, 35000, 10) if host.port_is_free(p))
 
 
+def hold_a_free_port(host) -> tuple[socket.socket, int]:
+    """A socket bound to a port the host calls free: an earlier test's server port can linger in
+    TIME_WAIT, which the host's check allows and a plain bind does not."""
+    for port in range(34005, 35000, 10):
+        if not host.port_is_free(port):
+            continue
+        holder = socket.socket()
+        try:
+            holder.bind(("127.0.0.1", port))
+            return holder, port
+        except OSError:
+            holder.close()
+    raise AssertionError("no free port in 34005-34995")
+
+
 def start(host, tmp_path, space, port, config=None):
     spec = LlamaCppEngine().build_launch_spec(space, config or {"threads": 2}, HostSpec(transport="local"),
                                               port, "python")
@@ -94,9 +109,7 @@ def test_a_broken_config_is_classified_from_the_log_within_two_seconds(host, tmp
 
 
 def test_a_busy_port_is_the_servers_own_bind_error(host, tmp_path, llama_env, tiny_gguf):
-    port = free_port(host)
-    holder = socket.socket()
-    holder.bind(("127.0.0.1", port))  # bound, not listening: the health probe is refused at once
+    holder, port = hold_a_free_port(host)  # bound, not listening: the health probe is refused at once
     try:
         proc, verdict, seconds = start_and_wait(host, tmp_path, space_for(tiny_gguf), port)
         stop(host, proc, port, FAST.stop_grace_s)
