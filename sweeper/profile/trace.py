@@ -1,0 +1,168 @@
+"""Torch profiler chrome traces -> time per kernel, grouped. Pure apart from load_trace.
+
+Format (torch.profiler's export_chrome_trace, written by kineto; SGLang's `*-TP-<rank>.trace.json.gz`
+and vLLM's `*.pt.trace.json.gz` are the same format, gzipped): a JSON object whose "traceEvents"
+list holds complete events {"ph": "X", "cat", "name", "pid", "tid", "ts", "dur" (microseconds),
+"args"}. GPU work has cat "kernel", "gpu_memcpy" or "gpu_memset" (older kineto: "Kernel", "Memcpy",
+"Memset") on the device's timeline; the CPU side has "cpu_op", "cuda_runtime", "python_function",
+"user_annotation", ... which are not GPU time and are ignored when the trace has GPU events.
+
+A CPU-only trace (no GPU events) is measured by its operators instead: cat "cpu_op" (older:
+"Operator"), each counted by its SELF time (its span minus the operators nested in it on the same
+thread), so aten::linear -> aten::addmm is not counted twice.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from sweeper.profile.groups import GROUPS, classify_kernel
+
+GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
+CPU_OP_CATEGORIES = frozenset({"cpu_op", "operator"})
+SOURCE_GPU = "gpu_kernels"
+SOURCE_CPU = "cpu_ops"
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+class TraceError(ValueError):
+    """A file that is not a torch profiler chrome trace (the message names the file)."""
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    name: str
+    group: str
+    total_us: float
+    share: float  # of all GPU kernel time (or CPU self time) in the trace(s)
+    calls: int
+
+
+@dataclass(frozen=True)
+class KernelTable:
+    rows: list[KernelRow]  # by total time, largest first
+    source: str  # gpu_kernels | cpu_ops: which events the times come from
+    total_us: float
+    traces: int  # how many traces were summed (one per GPU rank, for SGLang)
+    devices: int  # distinct GPUs seen (0 for a CPU-only trace)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "total_us": self.total_us, "traces": self.traces,
+                "devices": self.devices, "kernels": [asdict(row) for row in self.rows]}
+
+
+@dataclass(frozen=True)
+class GroupShare:
+    group: str
+    total_us: float
+    share: float
+    calls: int
+    kernels: int  # distinct kernel names in the group
+    top_kernel: str | None
+
+
+def is_trace_file(name: str) -> bool:
+    """SGLang's `<id>-TP-<rank>.trace.json.gz`, vLLM's `*.pt.trace.json.gz`, any `.json[.gz]`."""
+    return name.endswith(TRACE_SUFFIXES)
+
+
+def load_trace(path: Path | str) -> dict[str, Any]:
+    """A chrome trace from .json or .json.gz (gzip is detected by content, not by name)."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        data = json.loads(raw)
+    except (OSError, EOFError, gzip.BadGzipFile, UnicodeDecodeError, ValueError) as exc:
+        raise TraceError(f"{path}: not a readable chrome trace ({type(exc).__name__}: {exc})") from None
+    if isinstance(data, list):  # the chrome format also allows a bare array of events
+        data = {"traceEvents": data}
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise TraceError(f"{path}: expected a JSON object with a 'traceEvents' list (torch profiler's format)")
+    return data
+
+
+def _complete_events(trace: Mapping[str, Any]) -> Iterable[dict]:
+    for event in trace.get("traceEvents", ()):
+        if isinstance(event, dict) and event.get("ph") == "X" and isinstance(event.get("dur"), (int, float)):
+            yield event
+
+
+def _category(event: Mapping[str, Any]) -> str:
+    return str(event.get("cat", "")).lower()
+
+
+def gpu_events(trace: Mapping[str, Any]) -> list[dict]:
+    return [e for e in _complete_events(trace) if _category(e) in GPU_CATEGORIES]
+
+
+def cpu_op_self_times(trace: Mapping[str, Any]) -> list[tuple[str, float]]:
+    """(name, self time us) of every CPU operator: its duration minus its direct children's on
+    the same thread (children are the operators that start inside it)."""
+    by_thread: dict[tuple, list[dict]] = defaultdict(list)
+    for event in _complete_events(trace):
+        if _category(event) in CPU_OP_CATEGORIES:
+            by_thread[(event.get("pid"), event.get("tid"))].append(event)
+    out: list[tuple[str, float]] = []
+    for events in by_thread.values():
+        events.sort(key=lambda e: (float(e["ts"]), -float(e["dur"])))
+        stack: list[list] = []  # [end, self_time, name]
+        for event in events:
+            start, dur = float(event["ts"]), max(float(event["dur"]), 0.0)
+            while stack and stack[-1][0] <= start:
+                _, self_us, name = stack.pop()
+                out.append((name, self_us))
+            if stack:  # nested: its time is not its parent's own
+                stack[-1][1] = max(stack[-1][1] - dur, 0.0)
+            stack.append([start + dur, dur, str(event.get("name", "?"))])
+        out.extend((name, self_us) for _, self_us, name in stack)
+    return out
+
+
+def kernel_shares(traces: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> KernelTable:
+    """Time per kernel name summed over one trace or several (e.g. one per TP rank), with its
+    share of the total and its group. GPU kernel events when any trace has them, else CPU ops."""
+    traces = [traces] if isinstance(traces, Mapping) else list(traces)
+    totals: dict[str, float] = defaultdict(float)
+    calls: dict[str, int] = defaultdict(int)
+    per_trace_gpu = [gpu_events(trace) for trace in traces]
+    devices: set = set()
+    if any(per_trace_gpu):
+        source = SOURCE_GPU
+        for index, events in enumerate(per_trace_gpu):
+            for event in events:
+                name = str(event.get("name", "?"))
+                totals[name] += float(event["dur"])
+                calls[name] += 1
+                args = event.get("args") or {}
+                devices.add((index, args.get("device", event.get("pid"))))
+    else:
+        source = SOURCE_CPU
+        for trace in traces:
+            for name, self_us in cpu_op_self_times(trace):
+                totals[name] += self_us
+                calls[name] += 1
+    total = sum(totals.values())
+    rows = [KernelRow(name, classify_kernel(name), round(us, 3), us / total if total else 0.0, calls[name])
+            for name, us in totals.items()]
+    rows.sort(key=lambda r: (-r.total_us, r.name))
+    return KernelTable(rows, source, round(total, 3), len(traces), len(devices))
+
+
+def group_shares(table: KernelTable) -> list[GroupShare]:
+    """Every group (zeros included), largest share first."""
+    total = table.total_us
+    out = []
+    for group in GROUPS:
+        rows = [r for r in table.rows if r.group == group]
+        us = sum(r.total_us for r in rows)
+        out.append(GroupShare(group, round(us, 3), us / total if total else 0.0, sum(r.calls for r in rows),
+                              len(rows), rows[0].name if rows else None))
+    out.sort(key=lambda g: (-g.total_us, GROUPS.index(g.group)))
+    return out
