@@ -19,7 +19,7 @@ from sweeper.engines.flags import flag_problems
 from sweeper.errors import UserError
 from sweeper.hosts.base import Host, ServerProcess
 from sweeper.hosts.gate import check_gpus_before_launch, wait_gpus_released
-from sweeper.loadgen.client import LevelRun, StreamOptions, run_level
+from sweeper.loadgen.client import StreamOptions, run_level
 from sweeper.loadgen.workload import build_prompt_token_ids
 from sweeper.profile.control import TRACE_SUBDIR, build_profiler_env, call_profiler, profiler_for
 from sweeper.profile.fetch import fetch_traces, wait_for_traces
@@ -69,10 +69,25 @@ def profiled_request_count(concurrency: int, seconds: float, round_s: float) -> 
     return min(rounds * concurrency, max(MAX_PROFILED_REQUESTS, concurrency))
 
 
-def summarize_run(run: LevelRun) -> dict[str, Any]:
-    ok = [s for s in run.samples if s.ok]
-    return {"requests": len(run.samples), "completed": len(ok), "failed": len(run.samples) - len(ok),
-            "seconds": round(run.duration_s, 3),
+def drive_load(base_url: str, model: str, workload, concurrency: int, seconds: float, round_s: float,
+               options: StreamOptions) -> dict[str, Any]:
+    """Closed-loop load at `concurrency` for at least `seconds`: runs of whole rounds, each sized
+    from the rounds before it, until the time is used (fresh prompts throughout)."""
+    samples: list = []
+    started = time.perf_counter()
+    batch = 0
+    while (elapsed := time.perf_counter() - started) < seconds and batch < 1000:
+        n = profiled_request_count(concurrency, seconds - elapsed, round_s)
+        prompts = build_prompt_token_ids(n, workload.input_len, seed=workload.seed + 30_000 + 1000 * batch + concurrency)
+        run = run_level(base_url, model, prompts, workload.output_len, concurrency, options=options)
+        samples += run.samples
+        round_s = run.duration_s / max(math.ceil(n / concurrency), 1)
+        batch += 1
+        if not any(s.ok for s in run.samples):
+            break  # the server stopped answering: no point sending more
+    ok = [s for s in samples if s.ok]
+    return {"requests": len(samples), "completed": len(ok), "failed": len(samples) - len(ok),
+            "seconds": round(time.perf_counter() - started, 3), "runs": batch,
             "output_tokens": sum(s.output_tokens for s in ok)}
 
 
@@ -101,7 +116,8 @@ def profile_config(ctx: ProfileContext, config: Mapping[str, Any], request: Prof
         ctx.on_step("stopping the server")
         report = stop(host, proc, port, space.launch.stop_grace_s)
         (ctx.profile_dir / "stop.json").write_text(json.dumps(asdict(report), indent=2))
-        ctx.on_stopped(proc)
+        if not report.left_behind:
+            ctx.on_stopped(proc)  # else it stays recorded, for the next profile to stop
         if gpu_baseline is not None:
             wait_gpus_released(host, ctx.host_spec, gpu_baseline, port)
     if report.left_behind:
@@ -133,15 +149,13 @@ def _profile_under_load(ctx: ProfileContext, proc: ServerProcess, port: int, req
                        seed=workload.seed + 20_000 + c), workload.output_len, c, options=options)
     if not any(s.ok for s in warmup.samples):
         raise UserError(f"no warmup request at C={c} succeeded: {warmup.samples[0].error if warmup.samples else ''}")
-    n = profiled_request_count(c, request.seconds, warmup.duration_s / warm_rounds)
-    prompts = build_prompt_token_ids(n, workload.input_len, seed=workload.seed + 30_000 + c)
-    ctx.on_step(f"profiling {n} requests at C={c} (~{request.seconds:g}s)")
+    round_s = warmup.duration_s / warm_rounds
+    ctx.on_step(f"profiling at C={c} for {request.seconds:g}s")
     call_profiler(base_url, control.start_path, control.start_body, request.profiler_call_timeout_s)
     try:
-        run = run_level(base_url, space.model, prompts, workload.output_len, c, options=options)
+        load = drive_load(base_url, space.model, workload, c, request.seconds, round_s, options)
     finally:
         call_profiler(base_url, control.stop_path, None, request.profiler_call_timeout_s)
-    load = summarize_run(run)
     if load["failed"]:
         warnings.append(f"{load['failed']} of {load['requests']} profiled requests failed")
     folder = str(Path(proc.log_path).parent / TRACE_SUBDIR)  # the server's working folder on the host
