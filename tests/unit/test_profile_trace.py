@@ -212,3 +212,20 @@ def test_a_real_h200_gpu_trace_parses(path):
     assert table.total_us > 0 and sum(row.share for row in table.rows) == pytest.approx(1.0)
     groups = {g.group: g for g in group_shares(table)}
     assert groups["moe_gemm"].total_us > 0  # any transformer forward runs GEMMs
+
+
+def test_the_h200_probe_trace_in_detail():
+    """A real kineto CUDA trace (see tests/fixtures/profile/README.md): 3 forward passes of 4 layers."""
+    trace = load_trace(FIXTURES / "h200_llama4l_probe.pt.trace.json.gz")
+    table = kernel_shares(trace)
+    assert table.source == SOURCE_GPU and table.devices == 1 and table.traces == 1
+    rows = {row.name: row for row in table.rows}
+    sdpa = [row for row in table.rows if "sdpa" in row.name]
+    assert len(sdpa) == 1 and sdpa[0].calls == 12 and sdpa[0].group == "attention"
+    assert rows["nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_TNN"].calls == 3  # the LM head, once a pass
+    assert all(row.group == "moe_gemm" for row in table.rows if row.name.startswith("nvjet"))
+    assert rows["Memset (Device)"].group == "other"
+    # The CPU side (cpu_op, cuda_runtime, cuda_driver, python) is not GPU time.
+    kernel_us = sum(e["dur"] for e in trace["traceEvents"] if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy"))
+    assert table.total_us == pytest.approx(kernel_us, rel=1e-6)
+    assert not any(name.startswith(("aten::", "cuda")) for name in rows)
