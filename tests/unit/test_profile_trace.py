@@ -91,11 +91,13 @@ def test_a_real_cpu_trace_is_measured_by_operator_self_time(cpu_traces):
     assert sum(row.share for row in table.rows) == pytest.approx(1.0)
     assert [row.total_us for row in table.rows] == sorted((row.total_us for row in table.rows), reverse=True)
     groups = group_shares(table)
-    assert [g.group for g in groups][:1] in (["moe_gemm"], ["attention"])  # the two big groups lead
+    assert [g.total_us for g in groups] == sorted((g.total_us for g in groups), reverse=True)
     assert {g.group for g in groups} == set(GROUPS)
     assert sum(g.share for g in groups) == pytest.approx(1.0)
     gemm = next(g for g in groups if g.group == "moe_gemm")
     assert gemm.top_kernel == "aten::addmm" and gemm.calls >= 2 * STEPS
+    attention = next(g for g in groups if g.group == "attention")
+    assert attention.total_us > 0 and attention.calls >= STEPS
 
 
 def test_the_gzipped_export_reads_the_same(cpu_traces):
