@@ -4,7 +4,9 @@ load, its traces saved and parsed, and the printed split matching the performanc
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 
 import optuna
 import pytest
@@ -16,7 +18,7 @@ from sweeper.sim.perf import (
     PREFILL_PER_TOKEN_MS, attention_factor, moe_factor, prefill_time_ms, step_breakdown_ms,
 )
 from sweeper.sim.profiler import DENSE_GEMM_FRACTION
-from tests.e2e.conftest import TINY_SPACE
+from tests.e2e.conftest import TINY_SPACE, wait_until
 from tests.e2e.test_ssh_sweep import ssh_cli  # noqa: F401  (the sshd-backed CLI fixture)
 
 pytestmark = pytest.mark.slow
@@ -103,12 +105,66 @@ def test_profile_of_two_configs_shows_the_models_split(cli):
     assert study.user_attrs.get("profile_server") is None
 
 
-def test_profile_refuses_bad_requests_before_launching_anything(cli):
+@pytest.fixture
+def one_trial_study(cli):
     one_seed = TINY_SPACE.split("  - name: garbage")[0] + "reference: baseline\n" + TINY_SPACE.split("reference: baseline\n")[1]
     space = yaml.safe_load(one_seed)
     space["budget"] = {"trials": 1}
     (cli.workdir / "one.yaml").write_text(yaml.safe_dump(space))
     assert cli.run("sweep", "one.yaml", "--study", "s", timeout=300).returncode == 0
+    return cli
+
+
+def profiling_server(workdir) -> dict | None:
+    """The process.json of the profile's server once the profiler is on (its log says so)."""
+    folder = workdir / "results" / "s" / "trials" / "0" / "profile"
+    try:  # the folder may be mid-replacement by a new profile
+        if "Profiling starts" in (folder / "server.log").read_text():
+            return json.loads((folder / "process.json").read_text())
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def test_interrupted_profile_stops_its_server_and_a_killed_one_is_cleaned_up_next_time(one_trial_study):
+    cli = one_trial_study
+    storage = f"sqlite:///{cli.workdir / 'results' / 's' / 'study.db'}"
+    # SIGTERM (as Ctrl-C): the server is stopped before the command exits.
+    controller = cli.start("profile", "s", "--trial", "0", "--seconds", "60")
+    try:
+        process = wait_until(lambda: profiling_server(cli.workdir), timeout=120)
+        assert live_group_members(process["pgid"])
+        os.kill(controller.pid, signal.SIGTERM)
+        assert controller.wait(60) == 130
+    finally:
+        if controller.poll() is None:
+            controller.kill()
+    assert "the profiled server was stopped" in controller.stderr.read()
+    assert live_group_members(process["pgid"]) == []
+    assert optuna.load_study(study_name="s", storage=storage).user_attrs.get("profile_server") is None
+
+    # SIGKILL: nothing can run; the server is recorded and the next profile stops it first.
+    first_pgid = process["pgid"]
+    controller = cli.start("profile", "s", "--trial", "0", "--seconds", "60")
+    try:
+        process = wait_until(lambda: (p := profiling_server(cli.workdir)) and p["pgid"] != first_pgid and p,
+                             timeout=120)
+        os.kill(controller.pid, signal.SIGKILL)
+        controller.wait(10)
+        assert live_group_members(process["pgid"])  # its own session: it outlives the controller
+        recorded = optuna.load_study(study_name="s", storage=storage).user_attrs["profile_server"]
+        assert recorded["pgid"] == process["pgid"]
+        again = cli.run("profile", "s", "--trial", "0", "--seconds", "1", timeout=300)
+        assert again.returncode == 0, again.stderr
+        assert f"stopped the server an interrupted profile left (pgid {process['pgid']})" in again.stderr
+        assert live_group_members(process["pgid"]) == []
+    finally:
+        if live_group_members(process["pgid"]):
+            os.killpg(process["pgid"], signal.SIGKILL)
+
+
+def test_profile_refuses_bad_requests_before_launching_anything(one_trial_study):
+    cli = one_trial_study
     neither = cli.run("profile", "s")
     assert neither.returncode == 2 and "--trial N or --best" in neither.stderr
     missing = cli.run("profile", "s", "--trial", "7")
