@@ -540,5 +540,24 @@ def profile(
             err.print(f"[yellow]warning:[/] {warning}", highlight=False)
 
 
+@app.command()
+def kernels(
+    traces: list[Path] = typer.Argument(..., help="Torch profiler traces (.json, .json.gz) or folders of them."),
+    top: int = typer.Option(15, "--top", min=1, help="Kernels listed."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the table as JSON here."),
+) -> None:
+    """The kernel table of saved torch profiler traces (from `sweeper profile` or any engine)."""
+    import json as json_module
+
+    from sweeper.profile.command import summarize_trace_files
+
+    with user_errors():
+        result = summarize_trace_files(traces, top)
+        console.print(result.text, markup=False, highlight=False, end="")
+        if json_out:
+            json_out.write_text(json_module.dumps(result.record, indent=2))
+            console.print(f"wrote {json_out}")
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -17,6 +17,7 @@ from sweeper.errors import UserError
 from sweeper.hosts import ServerProcess, open_host
 from sweeper.profile.report import build_profile_record, format_profile_text
 from sweeper.profile.run import ProfileContext, ProfileRequest, profile_config, relative_paths
+from sweeper.profile.trace import TraceError, group_shares, is_trace_file, kernel_shares, load_trace
 from sweeper.results.leaderboard import best_trial
 from sweeper.space import with_derived
 from sweeper.study import (
@@ -120,3 +121,32 @@ def _stop_leftover_profile_server(study: optuna.Study, host, grace_s: float, on_
         if report.was_running:
             on_step(f"stopped the server an interrupted profile left (pgid {leftover['pgid']})")
         study.set_user_attr(PROFILE_SERVER_ATTR, None)
+
+
+def trace_files_in(paths: list[Path]) -> list[Path]:
+    """The given files, and the trace files inside given folders (all ranks of one profile)."""
+    found = []
+    for path in paths:
+        if path.is_dir():
+            inside = sorted(p for p in path.rglob("*") if p.is_file() and is_trace_file(p.name))
+            if not inside:
+                raise UserError(f"{path}: no trace files (*.json, *.json.gz) in this folder")
+            found += inside
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise UserError(f"{path}: no such file or folder")
+    return found
+
+
+def summarize_trace_files(paths: list[Path], top: int) -> ProfileResult:
+    """The kernel table of trace files already on disk (any torch profiler chrome trace)."""
+    files = trace_files_in(paths)
+    try:
+        table = kernel_shares([load_trace(path) for path in files])
+    except TraceError as exc:
+        raise UserError(str(exc)) from None
+    groups = group_shares(table)
+    record = build_profile_record({"trace_files": [str(p) for p in files]}, table, groups)
+    title = f"kernel table of {len(files)} trace file(s)"
+    return ProfileResult(files[0].parent, format_profile_text(title, table, groups, top), record)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
+from pathlib import Path
 
 import optuna
 import pytest
@@ -191,3 +193,22 @@ def test_profile_over_ssh_fetches_the_traces(ssh_cli):
     process = json.loads((local / "process.json").read_text())
     assert process["log_path"] == str(remote / "server.log") and live_group_members(process["pgid"]) == []
     assert "The server is fired up" in (local / "server.log").read_text()  # mirrored from the host
+
+
+def test_kernels_reads_saved_traces(cli, tmp_path):
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "profile" / "h200_llama4l_probe.pt.trace.json.gz"
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    for rank in range(2):
+        shutil.copy(fixture, folder / f"1.0-TP-{rank}.trace.json.gz")
+    result = cli.run("kernels", str(fixture), "--top", "3", "--json", "one.json")
+    assert result.returncode == 0, result.stderr
+    assert "in 1 trace file(s)" in result.stdout and "nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_TNN" in result.stdout
+    one = json.loads((cli.workdir / "one.json").read_text())
+    both = cli.run("kernels", str(folder), "--json", "two.json")
+    assert both.returncode == 0 and "summed over 2 GPU(s) in 2 trace file(s)" in both.stdout
+    two = json.loads((cli.workdir / "two.json").read_text())
+    assert two["total_us"] == pytest.approx(2 * one["total_us"])
+    assert [g["share"] for g in two["groups"]] == pytest.approx([g["share"] for g in one["groups"]])
+    bad = cli.run("kernels", "hosts.yaml")
+    assert bad.returncode == 2 and "hosts.yaml: not a readable chrome trace" in bad.stderr
