@@ -21,7 +21,8 @@ from sweeper.profile.trace import TraceError, group_shares, is_trace_file, kerne
 from sweeper.results.leaderboard import best_trial
 from sweeper.space import with_derived
 from sweeper.study import (
-    controller_alive, host_spec_for_resume, installed_flags, reference_text, study_dir, study_servers,
+    controller_alive, controller_identity, host_spec_for_resume, installed_flags, reference_text, study_dir,
+    study_servers,
 )
 
 PROFILE_SERVER_ATTR = "profile_server"  # the server a running `sweeper profile` started
@@ -67,6 +68,7 @@ def profile_study_trial(study: optuna.Study, results: Path, hosts_path: Path, nu
         raise UserError(f"study {study.study_name!r} is being run by pid {attrs['controller']['pid']}; "
                         "profile it when that run has stopped")
     space = parse_space(attrs["space_text"], f"{attrs['space_path']} (copy stored in the study)")
+    study.set_user_attr("controller", controller_identity())  # a `resume` meanwhile is refused
     trial = chosen_trial(study, number, best)
     trial_dir = study_dir(results, study.study_name) / "trials" / str(trial.number)
     config = trial_config(space, trial, trial_dir)

@@ -21,9 +21,11 @@ from sweeper.hosts.base import Host, ServerProcess
 from sweeper.hosts.gate import check_gpus_before_launch, wait_gpus_released
 from sweeper.loadgen.client import StreamOptions, run_level
 from sweeper.loadgen.workload import build_prompt_token_ids
-from sweeper.profile.control import TRACE_SUBDIR, build_profiler_env, call_profiler, profiler_for
+from sweeper.profile.control import (
+    TRACE_SUBDIR, ProfilerControl, build_profiler_env, call_profiler, profiler_for,
+)
 from sweeper.profile.fetch import fetch_traces, wait_for_traces
-from sweeper.profile.trace import GroupShare, KernelTable, group_shares, kernel_shares, load_trace
+from sweeper.profile.trace import GroupShare, KernelTable, TraceError, group_shares, kernel_shares, load_trace
 from sweeper.trial import Failure, Ready, check_output, launch, preflight, stop, wait_ready
 
 MAX_PROFILED_REQUESTS = 20_000
@@ -78,7 +80,8 @@ def drive_load(base_url: str, model: str, workload, concurrency: int, seconds: f
     batch = 0
     while (elapsed := time.perf_counter() - started) < seconds and batch < 1000:
         n = profiled_request_count(concurrency, seconds - elapsed, round_s)
-        prompts = build_prompt_token_ids(n, workload.input_len, seed=workload.seed + 30_000 + 1000 * batch + concurrency)
+        seed = workload.seed + 30_000 + 1000 * batch + concurrency  # fresh prompts: no prefix-cache hits
+        prompts = build_prompt_token_ids(n, workload.input_len, seed=seed)
         run = run_level(base_url, model, prompts, workload.output_len, concurrency, options=options)
         samples += run.samples
         round_s = run.duration_s / max(math.ceil(n / concurrency), 1)
@@ -111,7 +114,7 @@ def profile_config(ctx: ProfileContext, config: Mapping[str, Any], request: Prof
     proc = launch(host, spec, ctx.profile_dir)
     ctx.on_started(proc)
     try:
-        run = _profile_under_load(ctx, proc, port, request, control)
+        files, load, warnings = _profile_under_load(ctx, proc, port, request, control)
     finally:
         ctx.on_step("stopping the server")
         report = stop(host, proc, port, space.launch.stop_grace_s)
@@ -121,12 +124,18 @@ def profile_config(ctx: ProfileContext, config: Mapping[str, Any], request: Prof
         if gpu_baseline is not None:
             wait_gpus_released(host, ctx.host_spec, gpu_baseline, port)
     if report.left_behind:
-        run.warnings.append(f"processes left behind after the stop: {list(report.left_behind)}")
-    return run
+        warnings.append(f"processes left behind after the stop: {list(report.left_behind)}")
+    ctx.on_step("parsing")  # after the stop: a big trace takes a while, and the GPUs are free meanwhile
+    try:
+        table = kernel_shares([load_trace(path) for path in files])
+    except TraceError as exc:
+        raise UserError(f"the engine wrote a trace sweeper cannot read: {exc}") from None
+    return ProfileRun(table, group_shares(table), files, load, warnings)
 
 
 def _profile_under_load(ctx: ProfileContext, proc: ServerProcess, port: int, request: ProfileRequest,
-                        control) -> ProfileRun:
+                        control: ProfilerControl) -> tuple[list[Path], dict[str, Any], list[str]]:
+    """Ready, warmed up, profiled under load, traces on this machine: (trace files, load, warnings)."""
     space, host = ctx.space, ctx.host
     base_url = host.base_url(port)
     ctx.on_step("waiting for the server to be ready")
@@ -155,7 +164,10 @@ def _profile_under_load(ctx: ProfileContext, proc: ServerProcess, port: int, req
     try:
         load = drive_load(base_url, space.model, workload, c, request.seconds, round_s, options)
     finally:
-        call_profiler(base_url, control.stop_path, None, request.profiler_call_timeout_s)
+        if host.is_alive(proc):  # a dead server has no profiler to stop; said below
+            call_profiler(base_url, control.stop_path, None, request.profiler_call_timeout_s)
+    if not host.is_alive(proc):
+        raise UserError(f"the server exited during the profile; see {ctx.profile_dir / 'server.log'}")
     if load["failed"]:
         warnings.append(f"{load['failed']} of {load['requests']} profiled requests failed")
     folder = str(Path(proc.log_path).parent / TRACE_SUBDIR)  # the server's working folder on the host
@@ -168,9 +180,7 @@ def _profile_under_load(ctx: ProfileContext, proc: ServerProcess, port: int, req
     else:
         ctx.on_step(f"fetching {len(remote)} trace file(s), {sum(f.size for f in remote) / 1e6:.1f} MB")
         files = fetch_traces(host, folder, remote, local_dir)
-    ctx.on_step("parsing")
-    table = kernel_shares([load_trace(path) for path in files])
-    return ProfileRun(table, group_shares(table), files, load, warnings)
+    return files, load, warnings
 
 
 def _is_local(host: Host) -> bool:

@@ -135,13 +135,15 @@ def build_chrome_trace(cfg: SimConfig, passes: Sequence[Pass], time_scale: float
     events: list[dict[str, Any]] = [
         {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "python"}},
         {"ph": "M", "name": "process_labels", "pid": pid, "tid": 0, "args": {"labels": "CPU"}},
-        {"ph": "M", "name": "thread_name", "pid": pid, "tid": pid, "args": {"name": f"thread {pid} (scheduler_TP{rank})"}},
+        {"ph": "M", "name": "thread_name", "pid": pid, "tid": pid,
+         "args": {"name": f"thread {pid} (scheduler_TP{rank})"}},
     ]
     if gpu:
         events += [
             {"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": "python"}},
             {"ph": "M", "name": "process_labels", "pid": rank, "tid": 0, "args": {"labels": f"GPU {rank}"}},
-            {"ph": "M", "name": "thread_name", "pid": rank, "tid": GPU_STREAM, "args": {"name": f"stream {GPU_STREAM}"}},
+            {"ph": "M", "name": "thread_name", "pid": rank, "tid": GPU_STREAM,
+             "args": {"name": f"stream {GPU_STREAM}"}},
         ]
     correlation = 1000 * rank
     for item in passes:
