@@ -17,7 +17,9 @@ from sweeper.errors import UserError
 from sweeper.hosts import ServerProcess, open_host
 from sweeper.profile.report import build_profile_record, format_profile_text
 from sweeper.profile.run import ProfileContext, ProfileRequest, profile_config, relative_paths
-from sweeper.profile.trace import TraceError, group_shares, is_trace_file, kernel_shares, load_trace
+from sweeper.profile.trace import (
+    TraceError, device_busy, group_shares, is_trace_file, kernel_shares, load_trace,
+)
 from sweeper.results.leaderboard import best_trial
 from sweeper.space import with_derived
 from sweeper.study import (
@@ -105,10 +107,10 @@ def profile_study_trial(study: optuna.Study, results: Path, hosts_path: Path, nu
         "load": run.load, "warnings": run.warnings,
         "trace_files": relative_paths(run.trace_files, profile_dir),
     }
-    record = build_profile_record(meta, run.table, run.groups)
+    record = build_profile_record(meta, run.table, run.groups, run.busy)
     title = (f"kernel profile of trial {trial.number} of study {study.study_name} at C={level} for "
              f"{run.load['seconds']:.1f}s ({run.load['completed']} requests)")
-    text = format_profile_text(title, run.table, run.groups, top)
+    text = format_profile_text(title, run.table, run.groups, run.busy, top)
     (profile_dir / "profile.json").write_text(json.dumps(record, indent=2))
     (profile_dir / "profile.txt").write_text(text)
     return ProfileResult(profile_dir, text, record)
@@ -145,10 +147,11 @@ def summarize_trace_files(paths: list[Path], top: int) -> ProfileResult:
     """The kernel table of trace files already on disk (any torch profiler chrome trace)."""
     files = trace_files_in(paths)
     try:
-        table = kernel_shares([load_trace(path) for path in files])
+        traces = [load_trace(path) for path in files]
     except TraceError as exc:
         raise UserError(str(exc)) from None
+    table, busy = kernel_shares(traces), device_busy(traces)
     groups = group_shares(table)
-    record = build_profile_record({"trace_files": [str(p) for p in files]}, table, groups)
+    record = build_profile_record({"trace_files": [str(p) for p in files]}, table, groups, busy)
     title = f"kernel table of {len(files)} trace file(s)"
-    return ProfileResult(files[0].parent, format_profile_text(title, table, groups, top), record)
+    return ProfileResult(files[0].parent, format_profile_text(title, table, groups, busy, top), record)

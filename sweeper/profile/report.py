@@ -6,14 +6,27 @@ from dataclasses import asdict
 from typing import Any, Mapping
 
 from sweeper.profile.groups import GROUP_LABELS
-from sweeper.profile.trace import SOURCE_GPU, GroupShare, KernelTable
+from sweeper.profile.trace import SOURCE_GPU, DeviceBusy, GroupShare, KernelTable
 
 SCHEMA_VERSION = 1
 NAME_WIDTH = 110
 
 
-def build_profile_record(meta: Mapping[str, Any], table: KernelTable, groups: list[GroupShare]) -> dict[str, Any]:
-    return {"schema_version": SCHEMA_VERSION, **meta, "groups": [asdict(g) for g in groups], **table.to_dict()}
+def build_profile_record(meta: Mapping[str, Any], table: KernelTable, groups: list[GroupShare],
+                         busy: list[DeviceBusy]) -> dict[str, Any]:
+    devices = [{**asdict(b), "device": str(b.device), "busy_share": b.busy_share} for b in busy]
+    return {"schema_version": SCHEMA_VERSION, **meta, "gpu_busy": devices, "groups": [asdict(g) for g in groups],
+            **table.to_dict()}
+
+
+def format_busy(busy: list[DeviceBusy]) -> str | None:
+    """One line: how much of the profiled span the GPUs were running something."""
+    if not busy:
+        return None
+    shares = [b.busy_share for b in busy]
+    spread = f" (lowest {100 * min(shares):.1f}%)" if len(shares) > 1 else ""
+    return (f"GPU busy: {100 * sum(shares) / len(shares):.1f}% of the profiled span, mean of {len(shares)} "
+            f"GPU(s){spread}; the rest the GPU waited on the CPU or on requests")
 
 
 def _short(name: str, width: int = NAME_WIDTH) -> str:
@@ -27,8 +40,12 @@ def describe_source(table: KernelTable) -> str:
     return f"CPU operator self time in {table.traces} trace file(s) (no GPU events in the trace)"
 
 
-def format_profile_text(title: str, table: KernelTable, groups: list[GroupShare], top: int = 15) -> str:
-    lines = [title, f"measured: {describe_source(table)}: {table.total_us / 1000:.1f} ms", ""]
+def format_profile_text(title: str, table: KernelTable, groups: list[GroupShare], busy: list[DeviceBusy],
+                        top: int = 15) -> str:
+    lines = [title, f"measured: {describe_source(table)}: {table.total_us / 1000:.1f} ms"]
+    if busy_line := format_busy(busy):
+        lines.append(busy_line)
+    lines.append("")
     lines.append(f"{'group':<15}{'share':>8}{'time ms':>12}{'calls':>9}  top kernel")
     for g in groups:
         lines.append(f"{GROUP_LABELS[g.group]:<15}{100 * g.share:>7.1f}%{g.total_us / 1000:>12.1f}{g.calls:>9}  "

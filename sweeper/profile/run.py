@@ -25,7 +25,9 @@ from sweeper.profile.control import (
     TRACE_SUBDIR, ProfilerControl, build_profiler_env, call_profiler, profiler_for,
 )
 from sweeper.profile.fetch import fetch_traces, wait_for_traces
-from sweeper.profile.trace import GroupShare, KernelTable, TraceError, group_shares, kernel_shares, load_trace
+from sweeper.profile.trace import (
+    DeviceBusy, GroupShare, KernelTable, TraceError, device_busy, group_shares, kernel_shares, load_trace,
+)
 from sweeper.trial import Failure, Ready, check_output, launch, preflight, stop, wait_ready
 
 MAX_PROFILED_REQUESTS = 20_000
@@ -60,6 +62,7 @@ class ProfileContext:
 class ProfileRun:
     table: KernelTable
     groups: list[GroupShare]
+    busy: list[DeviceBusy]
     trace_files: list[Path]
     load: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
@@ -127,10 +130,11 @@ def profile_config(ctx: ProfileContext, config: Mapping[str, Any], request: Prof
         warnings.append(f"processes left behind after the stop: {list(report.left_behind)}")
     ctx.on_step("parsing")  # after the stop: a big trace takes a while, and the GPUs are free meanwhile
     try:
-        table = kernel_shares([load_trace(path) for path in files])
+        traces = [load_trace(path) for path in files]
     except TraceError as exc:
         raise UserError(f"the engine wrote a trace sweeper cannot read: {exc}") from None
-    return ProfileRun(table, group_shares(table), files, load, warnings)
+    table = kernel_shares(traces)
+    return ProfileRun(table, group_shares(table), device_busy(traces), files, load, warnings)
 
 
 def _profile_under_load(ctx: ProfileContext, proc: ServerProcess, port: int, request: ProfileRequest,

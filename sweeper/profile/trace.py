@@ -155,6 +155,39 @@ def kernel_shares(traces: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Ke
     return KernelTable(rows, source, round(total, 3), len(traces), len(devices))
 
 
+@dataclass(frozen=True)
+class DeviceBusy:
+    trace: int  # index of the trace file
+    device: Any  # the GPU's id in that trace
+    busy_us: float  # time with at least one kernel/copy running (overlaps on several streams once)
+    span_us: float  # first GPU event's start to the last one's end
+
+    @property
+    def busy_share(self) -> float:
+        return self.busy_us / self.span_us if self.span_us > 0 else 0.0
+
+
+def device_busy(traces: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[DeviceBusy]:
+    """Per GPU, how much of the profiled span had GPU work running: the rest is the GPU waiting on
+    the CPU (launches, scheduling, Python) or on requests."""
+    traces = [traces] if isinstance(traces, Mapping) else list(traces)
+    out = []
+    for index, trace in enumerate(traces):
+        spans: dict[Any, list[tuple[float, float]]] = defaultdict(list)
+        for event in gpu_events(trace):
+            start = float(event["ts"])
+            spans[(event.get("args") or {}).get("device", event.get("pid"))].append((start, start + float(event["dur"])))
+        for device, intervals in spans.items():
+            intervals.sort()
+            busy, end = 0.0, float("-inf")
+            for start, stop in intervals:
+                if stop > end:
+                    busy += stop - max(start, end)
+                    end = stop
+            out.append(DeviceBusy(index, device, round(busy, 3), round(end - intervals[0][0], 3)))
+    return out
+
+
 def group_shares(table: KernelTable) -> list[GroupShare]:
     """Every group (zeros included), largest share first."""
     total = table.total_us

@@ -13,6 +13,8 @@ by the pass's own jitter:
   GEMM (DENSE_GEMM_FRACTION) and a norm/activation kernel (the rest), communication -> an NCCL
   all-reduce named with NCCL_ALGO/NCCL_PROTO, plus the EP dispatch (NCCL all-gather, or
   flashinfer's a2a kernel); the launch overhead is the idle gap before the next pass.
+- the wall time between passes (client turnaround, idle) is kept as it is, not stretched by
+  1/time_scale, so the GPU idles in the trace as it would on a real GPU.
 - one kernel per part per pass, not per layer: the trace shows the model's split, not the real
   kernel count (which would make traces ~60x larger for nothing the parser needs).
 - the CPU side has one cudaGraphLaunch per replayed pass (cudaLaunchKernel per kernel when eager)
@@ -146,9 +148,13 @@ def build_chrome_trace(cfg: SimConfig, passes: Sequence[Pass], time_scale: float
              "args": {"name": f"stream {GPU_STREAM}"}},
         ]
     correlation = 1000 * rank
+    clock_us, last_end = origin_epoch_us, origin
     for item in passes:
-        start_us = origin_epoch_us + (item.start - origin) / time_scale * 1e6
+        # Passes run in modelled time; the wall time between them (client turnaround, an idle
+        # server) is real time and is not stretched by 1/time_scale.
+        start_us = clock_us + max(item.start - last_end, 0.0) * 1e6
         kernels, span_us = pass_kernels(cfg, item, time_scale)
+        clock_us, last_end = start_us + span_us, item.end
         graph = item.kind == "decode" and uses_graph_at(cfg, item.size)
         cursor = start_us
         if cpu and graph:

@@ -93,6 +93,9 @@ def test_profile_of_two_configs_shows_the_models_split(cli):
         assert {g["group"]: g["share"] for g in record["groups"]} == pytest.approx(expected, abs=0.03)
         assert record["source"] == "gpu_kernels" and record["devices"] == 8 and record["traces"] == 8
         assert record["concurrency"] == C and record["load"]["failed"] == 0 and record["load"]["seconds"] >= 2
+        # Idle GPU time is the launch overhead and the client's turnaround between rounds: a few %.
+        assert len(record["gpu_busy"]) == 8 and all(0.9 < d["busy_share"] < 1 for d in record["gpu_busy"])
+        assert "GPU busy: " in result.stdout
         assert (folder / "profile.txt").read_text() in result.stdout
         assert len(record["trace_files"]) == 8 and all((folder / f).is_file() for f in record["trace_files"])
         # the relaunch is recorded like a trial's, and nothing of it is left running

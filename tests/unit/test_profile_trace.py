@@ -15,7 +15,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from sweeper.profile.groups import GROUP_RULES, GROUPS, classify_kernel
 from sweeper.profile.trace import (
-    SOURCE_CPU, SOURCE_GPU, TraceError, group_shares, kernel_shares, load_trace,
+    SOURCE_CPU, SOURCE_GPU, TraceError, device_busy, group_shares, kernel_shares, load_trace,
 )
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "profile"
@@ -231,3 +231,18 @@ def test_the_h200_probe_trace_in_detail():
     kernel_us = sum(e["dur"] for e in trace["traceEvents"] if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy"))
     assert table.total_us == pytest.approx(kernel_us, rel=1e-6)
     assert not any(name.startswith(("aten::", "cuda")) for name in rows)
+
+
+def test_gpu_busy_counts_overlapping_streams_once():
+    # device 0: kernels 10-610, 700-1300, 1400-1650, 1700-1800 on stream 7; memcpy 1800-1850 and an
+    # empty memset at 1900 on stream 8
+    (busy,) = device_busy(gpu_trace(0))
+    assert busy.span_us == pytest.approx(1900 - 10)
+    assert busy.busy_us == pytest.approx(600 + 600 + 250 + 100 + 50)
+    overlapping = gpu_trace(1)
+    overlapping["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "side", "pid": 1, "tid": 9,
+                                       "ts": 500, "dur": 300, "args": {"device": 1}})  # 500-800 over 10-610
+    (busy,) = device_busy(overlapping)
+    assert busy.busy_us == pytest.approx((1300 - 10) + 250 + 100 + 50)  # 10-1300 is one busy stretch now
+    assert [b.device for b in device_busy([gpu_trace(0), gpu_trace(1)])] == [0, 1]
+    assert device_busy({"traceEvents": []}) == []

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from sweeper.profile.trace import SOURCE_CPU, SOURCE_GPU, group_shares, kernel_shares
+from sweeper.profile.trace import SOURCE_CPU, SOURCE_GPU, device_busy, group_shares, kernel_shares
 from sweeper.sim.perf import BASELINE, OPTIMUM, prefill_time_ms, step_breakdown_ms, step_time_ms
 from sweeper.sim.profiler import (
     DENSE_GEMM_FRACTION, Pass, build_chrome_trace, decode_kernels, nccl_kernel, prefill_kernels,
@@ -94,3 +94,15 @@ def test_eager_passes_launch_each_kernel_and_graphs_launch_once():
 def test_cpu_only_activity_gives_a_trace_without_gpu_events():
     trace = build_chrome_trace(BASELINE, lockstep_round(BASELINE, 2, 16, 4), SCALE, 0, 0.0, 0.0, ["CPU"], 1)
     assert kernel_shares(trace).source == SOURCE_CPU
+
+
+def test_the_gpu_idles_for_the_launch_overhead_and_real_gaps_only():
+    step_s = step_time_ms(BASELINE, 16) / 1000 * SCALE
+    passes = [Pass("decode", i * step_s, (i + 1) * step_s, 16, 16) for i in range(10)]
+    passes += [Pass("decode", 10 * step_s + 0.005 + i * step_s, 10 * step_s + 0.005 + (i + 1) * step_s, 16, 16)
+               for i in range(10)]  # after 5 wall ms of client turnaround: 5 ms, not 5 ms / SCALE
+    (busy,) = device_busy(build_chrome_trace(BASELINE, passes, SCALE, 0, 0.0, 0.0, ["GPU"], 1))
+    step_us = step_time_ms(BASELINE, 16) * 1000
+    kernels_us = step_us - 1000.0  # the 1 ms launch overhead of a graph replay is idle
+    assert busy.busy_us == pytest.approx(20 * kernels_us + 20 * 3.0, rel=1e-6)  # + the token copies
+    assert busy.span_us == pytest.approx(20 * step_us + 5000 - 1000 + 3.0, rel=1e-6)
