@@ -1,10 +1,9 @@
-"""Trace files from the host to the results folder, through Host.run only (no file-transfer API):
-a short stdlib program lists the folder, another prints a file slice as base64. The same code
-runs locally and over SSH, where one command's output is capped, hence the chunks."""
+"""Trace files from the host to the results folder: a short stdlib program run on the host lists
+the folder (Host.run), and Host.read_bytes copies each file in chunks. The same code runs locally
+and over SSH (where every value travels as JSON to the host agent, never on a command line)."""
 
 from __future__ import annotations
 
-import base64
 import json
 import posixpath
 import time
@@ -28,17 +27,6 @@ for root, _, names in os.walk(folder):
             pass
 print(json.dumps(sorted(found)))
 """
-
-READ_SOURCE = """\
-import base64, sys
-with open(sys.argv[1], "rb") as f:
-    f.seek(int(sys.argv[2]))
-    sys.stdout.write(base64.b64encode(f.read(int(sys.argv[3]))).decode())
-"""
-
-# The SSH agent keeps the last 200,000 characters of a command's output: 96 KiB -> 131,072 base64.
-SSH_CHUNK = 96 * 1024
-LOCAL_CHUNK = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -82,30 +70,26 @@ def wait_for_traces(host: Host, folder: str, timeout_s: float, settle_s: float,
         time.sleep(0.5)
 
 
-def fetch_file(host: Host, remote_path: str, size: int, local_path: Path, chunk: int) -> None:
+def fetch_file(host: Host, remote_path: str, size: int, local_path: Path) -> None:
+    """Copy a finished file chunk by chunk (Host.read_bytes: 1 MiB per SSH round trip)."""
     local_path.parent.mkdir(parents=True, exist_ok=True)
     partial = local_path.with_name(local_path.name + ".part")
     with open(partial, "wb") as out:
         offset = 0
         while offset < size:
-            result = host.run([host.python(), "-S", "-c", READ_SOURCE, remote_path, str(offset),
-                               str(min(chunk, size - offset))], timeout_s=120)
-            if result.returncode != 0:
-                raise TraceFetchError(f"cannot read {remote_path} on {host.name}: {result.describe()}")
-            data = base64.b64decode(result.stdout)
+            data = host.read_bytes(remote_path, offset)
             if not data:
-                raise TraceFetchError(f"{remote_path} on {host.name} shrank below {size} bytes while copying")
-            out.write(data)
+                raise TraceFetchError(f"{remote_path} on {host.name} ended at {offset} bytes, "
+                                      f"expected {size}: it changed while being copied")
+            out.write(data[: size - offset])
             offset += len(data)
     partial.replace(local_path)
 
 
 def fetch_traces(host: Host, folder: str, files: list[RemoteFile], local_dir: Path) -> list[Path]:
-    local = getattr(getattr(host, "spec", None), "transport", "") == "local"
-    chunk = LOCAL_CHUNK if local else SSH_CHUNK
     fetched = []
     for remote in files:
         target = local_dir / remote.relpath
-        fetch_file(host, posixpath.join(folder, remote.relpath), remote.size, target, chunk)
+        fetch_file(host, posixpath.join(folder, remote.relpath), remote.size, target)
         fetched.append(target)
     return fetched

@@ -1,5 +1,5 @@
-"""Trace files copied from a host through Host.run: locally and over a real OpenSSH server, in
-chunks that fit the SSH agent's output cap, byte for byte; waiting until the writer is done."""
+"""Trace files copied from a host (Host.run lists, Host.read_bytes copies): locally and over a real
+OpenSSH server, in chunks, byte for byte; waiting until the writer is done."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from sweeper.config import HostSpec
 from sweeper.hosts.launch_script import build_remote_run_dir
 from sweeper.hosts.local import LocalHost
 from sweeper.hosts.ssh import SSHHost
-from sweeper.profile.fetch import SSH_CHUNK, TraceFetchError, fetch_traces, list_files, wait_for_traces
+from sweeper.profile.fetch import TraceFetchError, fetch_traces, list_files, wait_for_traces
 
 
 def remote_folder(tmp_path):
     folder = tmp_path / "remote" / "traces"
     (folder / "sub").mkdir(parents=True)
-    blobs = {"1.5-TP-0.trace.json.gz": os.urandom(2 * SSH_CHUNK + 1234),  # three chunks over SSH
+    blobs = {"1.5-TP-0.trace.json.gz": os.urandom(2 * 2**20 + 1234),  # three 1 MiB chunks over SSH
              "1.5-TP-1.trace.json.gz": b"", "sub/w.pt.trace.json.gz": os.urandom(77)}
     for name, data in blobs.items():
         (folder / name).write_bytes(data)
