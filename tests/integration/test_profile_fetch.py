@@ -35,6 +35,9 @@ def check_fetch(host, tmp_path):
     for path in fetched:
         assert path.read_bytes() == blobs[str(path.relative_to(local))]
     assert not list(local.rglob("*.part"))
+    assert host.read_bytes(str(folder / "absent.json.gz"), 0) == b""
+    big = str(folder / "1.5-TP-0.trace.json.gz")
+    assert host.read_bytes(big, len(blobs["1.5-TP-0.trace.json.gz"]) - 10) == blobs["1.5-TP-0.trace.json.gz"][-10:]
 
 
 def test_fetch_from_the_local_host(tmp_path):
