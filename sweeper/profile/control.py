@@ -29,12 +29,21 @@ class ProfilerControl:
     start_path: str = "/start_profile"
     stop_path: str = "/stop_profile"
     start_body: dict[str, Any] | None = field(default=None)
+    body_dir_key: str | None = None  # the start body's key for the trace folder, where it has one
+
+    def build_start_body(self, trace_dir: str) -> dict[str, Any] | None:
+        """The start request; the folder is named again where the engine takes it, so the traces
+        land there whatever the engine's working directory."""
+        if self.body_dir_key is None:
+            return self.start_body
+        return {**(self.start_body or {}), self.body_dir_key: trace_dir}
 
 
 SGLANG_PROFILER = ProfilerControl(
     env_var="SGLANG_TORCH_PROFILER_DIR",
     # No Python stacks or shapes: they multiply the trace size and the kernel table needs neither.
     start_body={"activities": ["CPU", "GPU"], "with_stack": False, "record_shapes": False},
+    body_dir_key="output_dir",
 )
 VLLM_PROFILER = ProfilerControl(env_var="VLLM_TORCH_PROFILER_DIR")
 

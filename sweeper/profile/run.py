@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import posixpath
 import shutil
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -163,8 +165,9 @@ def _profile_under_load(ctx: ProfileContext, proc: ServerProcess, port: int, req
     if not any(s.ok for s in warmup.samples):
         raise UserError(f"no warmup request at C={c} succeeded: {warmup.samples[0].error if warmup.samples else ''}")
     round_s = warmup.duration_s / warm_rounds
+    folder = trace_folder(host, proc)
     ctx.on_step(f"profiling at C={c} for {request.seconds:g}s")
-    call_profiler(base_url, control.start_path, control.start_body, request.profiler_call_timeout_s)
+    call_profiler(base_url, control.start_path, control.build_start_body(folder), request.profiler_call_timeout_s)
     try:
         load = drive_load(base_url, space.model, workload, c, request.seconds, round_s, options)
     finally:
@@ -174,7 +177,6 @@ def _profile_under_load(ctx: ProfileContext, proc: ServerProcess, port: int, req
         raise UserError(f"the server exited during the profile; see {ctx.profile_dir / 'server.log'}")
     if load["failed"]:
         warnings.append(f"{load['failed']} of {load['requests']} profiled requests failed")
-    folder = str(Path(proc.log_path).parent / TRACE_SUBDIR)  # the server's working folder on the host
     ctx.on_step("waiting for the trace files")
     remote = wait_for_traces(host, folder, request.trace_timeout_s, request.settle_s,
                              still_alive=lambda: host.is_alive(proc))
@@ -185,6 +187,13 @@ def _profile_under_load(ctx: ProfileContext, proc: ServerProcess, port: int, req
         ctx.on_step(f"fetching {len(remote)} trace file(s), {sum(f.size for f in remote) / 1e6:.1f} MB")
         files = fetch_traces(host, folder, remote, local_dir)
     return files, load, warnings
+
+
+def trace_folder(host: Host, proc: ServerProcess) -> str:
+    """The absolute trace folder on the host: TRACE_SUBDIR of the server's working folder (where
+    its log is), as the profiler env var names it relative to that folder."""
+    folder = posixpath.join(posixpath.dirname(proc.log_path), TRACE_SUBDIR)
+    return os.path.abspath(folder) if _is_local(host) else folder
 
 
 def _is_local(host: Host) -> bool:

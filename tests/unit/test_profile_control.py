@@ -22,6 +22,10 @@ def test_each_engine_gets_its_profiler_or_a_clear_refusal():
     assert profiler_for("vllm") is VLLM_PROFILER
     assert build_profiler_env(SGLANG_PROFILER) == {"SGLANG_TORCH_PROFILER_DIR": TRACE_SUBDIR}
     assert build_profiler_env(VLLM_PROFILER) == {"VLLM_TORCH_PROFILER_DIR": TRACE_SUBDIR}
+    assert SGLANG_PROFILER.build_start_body("/w/s/3/profile/traces") == {
+        "activities": ["CPU", "GPU"], "with_stack": False, "record_shapes": False,
+        "output_dir": "/w/s/3/profile/traces"}
+    assert VLLM_PROFILER.build_start_body("/w/traces") is None  # vLLM's endpoints take no body
     with pytest.raises(UserError, match="engine 'llamacpp' has no torch profiler endpoint"):
         profiler_for("llamacpp")
 
