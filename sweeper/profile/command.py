@@ -14,7 +14,7 @@ import optuna
 from sweeper.config import parse_space
 from sweeper.engines import get_engine
 from sweeper.errors import UserError
-from sweeper.hosts import ServerProcess, open_host
+from sweeper.hosts import Host, ServerProcess, open_host
 from sweeper.profile.report import build_profile_record, format_profile_text
 from sweeper.profile.run import ProfileContext, ProfileRequest, profile_config, relative_paths
 from sweeper.profile.trace import (
@@ -70,7 +70,6 @@ def profile_study_trial(study: optuna.Study, results: Path, hosts_path: Path, nu
         raise UserError(f"study {study.study_name!r} is being run by pid {attrs['controller']['pid']}; "
                         "profile it when that run has stopped")
     space = parse_space(attrs["space_text"], f"{attrs['space_path']} (copy stored in the study)")
-    study.set_user_attr("controller", controller_identity())  # a `resume` meanwhile is refused
     trial = chosen_trial(study, number, best)
     trial_dir = study_dir(results, study.study_name) / "trials" / str(trial.number)
     config = trial_config(space, trial, trial_dir)
@@ -82,6 +81,7 @@ def profile_study_trial(study: optuna.Study, results: Path, hosts_path: Path, nu
     host_spec = host_spec_for_resume(attrs, hosts_path)
     host_name = attrs["host_name"]
     host = open_host(host_name, host_spec)
+    study.set_user_attr("controller", controller_identity())  # a `resume` meanwhile is refused
     try:
         _stop_leftover_profile_server(study, host, space.launch.stop_grace_s, on_step)
 
@@ -116,7 +116,8 @@ def profile_study_trial(study: optuna.Study, results: Path, hosts_path: Path, nu
     return ProfileResult(profile_dir, text, record)
 
 
-def _stop_leftover_profile_server(study: optuna.Study, host, grace_s: float, on_step) -> None:
+def _stop_leftover_profile_server(study: optuna.Study, host: Host, grace_s: float,
+                                  on_step: Callable[[str], None]) -> None:
     """A profile whose controller died leaves its server recorded: stop it (only if it is ours:
     stop_group signals only processes that carry its run token)."""
     leftover = study.user_attrs.get(PROFILE_SERVER_ATTR)

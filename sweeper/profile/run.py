@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from sweeper.config import HostSpec, Space
+from sweeper.config import HostSpec, Space, Workload
 from sweeper.engines.base import Engine
 from sweeper.engines.flags import flag_problems
 from sweeper.errors import UserError
@@ -76,7 +76,7 @@ def profiled_request_count(concurrency: int, seconds: float, round_s: float) -> 
     return min(rounds * concurrency, max(MAX_PROFILED_REQUESTS, concurrency))
 
 
-def drive_load(base_url: str, model: str, workload, concurrency: int, seconds: float, round_s: float,
+def drive_load(base_url: str, model: str, workload: Workload, concurrency: int, seconds: float, round_s: float,
                options: StreamOptions) -> dict[str, Any]:
     """Closed-loop load at `concurrency` for at least `seconds`: runs of whole rounds, each sized
     from the rounds before it, until the time is used (fresh prompts throughout)."""
