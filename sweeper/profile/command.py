@@ -18,7 +18,7 @@ from sweeper.hosts import Host, ServerProcess, open_host
 from sweeper.profile.report import build_profile_record, format_profile_text
 from sweeper.profile.run import ProfileContext, ProfileRequest, profile_config, relative_paths
 from sweeper.profile.trace import (
-    TraceError, device_busy, group_shares, is_trace_file, kernel_shares, load_trace,
+    TraceError, group_shares, is_trace_file, load_trace, summarize_traces,
 )
 from sweeper.results.leaderboard import best_trial
 from sweeper.space import with_derived
@@ -148,10 +148,9 @@ def summarize_trace_files(paths: list[Path], top: int) -> ProfileResult:
     """The kernel table of trace files already on disk (any torch profiler chrome trace)."""
     files = trace_files_in(paths)
     try:
-        traces = [load_trace(path) for path in files]
+        table, busy = summarize_traces(load_trace(path) for path in files)
     except TraceError as exc:
         raise UserError(str(exc)) from None
-    table, busy = kernel_shares(traces), device_busy(traces)
     groups = group_shares(table)
     record = build_profile_record({"trace_files": [str(p) for p in files]}, table, groups, busy)
     title = f"kernel table of {len(files)} trace file(s)"

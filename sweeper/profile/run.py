@@ -28,7 +28,7 @@ from sweeper.profile.control import (
 )
 from sweeper.profile.fetch import fetch_traces, wait_for_traces
 from sweeper.profile.trace import (
-    DeviceBusy, GroupShare, KernelTable, TraceError, device_busy, group_shares, kernel_shares, load_trace,
+    DeviceBusy, GroupShare, KernelTable, TraceError, group_shares, load_trace, summarize_traces,
 )
 from sweeper.trial import Failure, Ready, check_output, launch, preflight, stop, wait_ready
 
@@ -132,11 +132,10 @@ def profile_config(ctx: ProfileContext, config: Mapping[str, Any], request: Prof
         warnings.append(f"processes left behind after the stop: {list(report.left_behind)}")
     ctx.on_step("parsing")  # after the stop: a big trace takes a while, and the GPUs are free meanwhile
     try:
-        traces = [load_trace(path) for path in files]
+        table, busy = summarize_traces(load_trace(path) for path in files)  # one file in memory at a time
     except TraceError as exc:
         raise UserError(f"the engine wrote a trace sweeper cannot read: {exc}") from None
-    table = kernel_shares(traces)
-    return ProfileRun(table, group_shares(table), device_busy(traces), files, load, warnings)
+    return ProfileRun(table, group_shares(table), busy, files, load, warnings)
 
 
 def _profile_under_load(ctx: ProfileContext, proc: ServerProcess, port: int, request: ProfileRequest,

@@ -125,36 +125,6 @@ def cpu_op_self_times(trace: Mapping[str, Any]) -> list[tuple[str, float]]:
     return out
 
 
-def kernel_shares(traces: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> KernelTable:
-    """Time per kernel name summed over one trace or several (e.g. one per TP rank), with its
-    share of the total and its group. GPU kernel events when any trace has them, else CPU ops."""
-    traces = [traces] if isinstance(traces, Mapping) else list(traces)
-    totals: dict[str, float] = defaultdict(float)
-    calls: dict[str, int] = defaultdict(int)
-    per_trace_gpu = [gpu_events(trace) for trace in traces]
-    devices: set = set()
-    if any(per_trace_gpu):
-        source = SOURCE_GPU
-        for index, events in enumerate(per_trace_gpu):
-            for event in events:
-                name = str(event.get("name", "?"))
-                totals[name] += float(event["dur"])
-                calls[name] += 1
-                args = event.get("args") or {}
-                devices.add((index, args.get("device", event.get("pid"))))
-    else:
-        source = SOURCE_CPU
-        for trace in traces:
-            for name, self_us in cpu_op_self_times(trace):
-                totals[name] += self_us
-                calls[name] += 1
-    total = sum(totals.values())
-    rows = [KernelRow(name, classify_kernel(name), round(us, 3), us / total if total else 0.0, calls[name])
-            for name, us in totals.items()]
-    rows.sort(key=lambda r: (-r.total_us, r.name))
-    return KernelTable(rows, source, round(total, 3), len(traces), len(devices))
-
-
 @dataclass(frozen=True)
 class DeviceBusy:
     trace: int  # index of the trace file
@@ -167,25 +137,56 @@ class DeviceBusy:
         return self.busy_us / self.span_us if self.span_us > 0 else 0.0
 
 
-def device_busy(traces: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[DeviceBusy]:
-    """Per GPU, how much of the profiled span had GPU work running: the rest is the GPU waiting on
-    the CPU (launches, scheduling, Python) or on requests."""
-    traces = [traces] if isinstance(traces, Mapping) else list(traces)
-    out = []
+def _busy(index: int, device: Any, intervals: list[tuple[float, float]]) -> DeviceBusy:
+    intervals.sort()
+    busy, end = 0.0, float("-inf")
+    for start, stop in intervals:
+        if stop > end:
+            busy += stop - max(start, end)
+            end = stop
+    return DeviceBusy(index, device, round(busy, 3), round(end - intervals[0][0], 3))
+
+
+def summarize_traces(traces: Mapping[str, Any] | Iterable[Mapping[str, Any]],
+                     ) -> tuple[KernelTable, list[DeviceBusy]]:
+    """Time per kernel name summed over one trace or several (e.g. one per TP rank), with its share
+    of the total and its group, and how busy each GPU was. GPU events when any trace has them, else
+    CPU operators. Each trace is read once, so a generator of loaded files keeps one in memory."""
+    traces = [traces] if isinstance(traces, Mapping) else traces
+    gpu: dict[str, list] = defaultdict(lambda: [0.0, 0])
+    cpu: dict[str, list] = defaultdict(lambda: [0.0, 0])
+    busy: list[DeviceBusy] = []
+    count = 0
     for index, trace in enumerate(traces):
+        count += 1
         spans: dict[Any, list[tuple[float, float]]] = defaultdict(list)
         for event in gpu_events(trace):
-            start = float(event["ts"])
-            spans[(event.get("args") or {}).get("device", event.get("pid"))].append((start, start + float(event["dur"])))
-        for device, intervals in spans.items():
-            intervals.sort()
-            busy, end = 0.0, float("-inf")
-            for start, stop in intervals:
-                if stop > end:
-                    busy += stop - max(start, end)
-                    end = stop
-            out.append(DeviceBusy(index, device, round(busy, 3), round(end - intervals[0][0], 3)))
-    return out
+            name, start, dur = str(event.get("name", "?")), float(event["ts"]), float(event["dur"])
+            gpu[name][0] += dur
+            gpu[name][1] += 1
+            spans[(event.get("args") or {}).get("device", event.get("pid"))].append((start, start + dur))
+        busy += [_busy(index, device, intervals) for device, intervals in spans.items()]
+        if not spans and not gpu:  # CPU operators count only while no trace has GPU events
+            for name, self_us in cpu_op_self_times(trace):
+                cpu[name][0] += self_us
+                cpu[name][1] += 1
+    source, totals = (SOURCE_GPU, gpu) if gpu else (SOURCE_CPU, cpu)
+    total = sum(us for us, _ in totals.values())
+    rows = [KernelRow(name, classify_kernel(name), round(us, 3), us / total if total else 0.0, calls)
+            for name, (us, calls) in totals.items()]
+    rows.sort(key=lambda r: (-r.total_us, r.name))
+    return KernelTable(rows, source, round(total, 3), count, len(busy)), busy
+
+
+def kernel_shares(traces: Mapping[str, Any] | Iterable[Mapping[str, Any]]) -> KernelTable:
+    """The kernel table of summarize_traces."""
+    return summarize_traces(traces)[0]
+
+
+def device_busy(traces: Mapping[str, Any] | Iterable[Mapping[str, Any]]) -> list[DeviceBusy]:
+    """Per GPU, how much of the profiled span had GPU work running: the rest is the GPU waiting on
+    the CPU (launches, scheduling, Python) or on requests."""
+    return summarize_traces(traces)[1]
 
 
 def group_shares(table: KernelTable) -> list[GroupShare]:

@@ -15,7 +15,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from sweeper.profile.groups import GROUP_RULES, GROUPS, classify_kernel
 from sweeper.profile.trace import (
-    SOURCE_CPU, SOURCE_GPU, TraceError, device_busy, group_shares, kernel_shares, load_trace,
+    SOURCE_CPU, SOURCE_GPU, TraceError, device_busy, group_shares, kernel_shares, load_trace, summarize_traces,
 )
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "profile"
@@ -246,3 +246,19 @@ def test_gpu_busy_counts_overlapping_streams_once():
     assert busy.busy_us == pytest.approx((1300 - 10) + 250 + 100 + 50)  # 10-1300 is one busy stretch now
     assert [b.device for b in device_busy([gpu_trace(0), gpu_trace(1)])] == [0, 1]
     assert device_busy({"traceEvents": []}) == []
+
+
+def test_traces_are_read_once_each_from_a_generator(cpu_traces):
+    plain, _ = cpu_traces
+    loaded = []
+
+    def lazily():
+        for trace in (load_trace(plain), gpu_trace(0), gpu_trace(1)):
+            loaded.append(len(loaded))
+            yield trace
+
+    table, busy = summarize_traces(lazily())
+    assert loaded == [0, 1, 2] and table.traces == 3
+    # A CPU-only trace among GPU traces adds nothing: GPU time is what is measured.
+    assert table.source == SOURCE_GPU and table.total_us == pytest.approx(2 * 1600)
+    assert [(b.trace, b.device) for b in busy] == [(1, 0), (2, 1)]
