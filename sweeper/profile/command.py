@@ -15,7 +15,7 @@ from sweeper.config import parse_space
 from sweeper.engines import get_engine
 from sweeper.errors import UserError
 from sweeper.hosts import Host, ServerProcess, open_host
-from sweeper.profile.report import build_profile_record, format_profile_text
+from sweeper.profile.report import build_profile_record, build_profile_summary, format_profile_text
 from sweeper.profile.run import ProfileContext, ProfileRequest, profile_config, relative_paths
 from sweeper.profile.trace import (
     TraceError, group_shares, is_trace_file, load_trace, summarize_traces,
@@ -28,6 +28,7 @@ from sweeper.study import (
 )
 
 PROFILE_SERVER_ATTR = "profile_server"  # the server a running `sweeper profile` started
+PROFILE_ATTR_PREFIX = "profile:"  # + trial number: the latest profile's summary, kept in the study
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,7 @@ def profile_study_trial(study: optuna.Study, results: Path, hosts_path: Path, nu
     text = format_profile_text(title, run.table, run.groups, run.busy, top)
     (profile_dir / "profile.json").write_text(json.dumps(record, indent=2))
     (profile_dir / "profile.txt").write_text(text)
+    study.set_user_attr(f"{PROFILE_ATTR_PREFIX}{trial.number}", build_profile_summary(record))
     return ProfileResult(profile_dir, text, record)
 
 

@@ -56,3 +56,16 @@ def format_profile_text(title: str, table: KernelTable, groups: list[GroupShare]
         lines.append(f"{rank:>3}{100 * row.share:>7.1f}%{row.total_us / 1000:>12.2f}{row.calls:>9}  "
                      f"{GROUP_LABELS[row.group]:<14} {_short(row.name)}")
     return "\n".join(lines) + "\n"
+
+
+def build_profile_summary(record: Mapping[str, Any], top: int = 5) -> dict[str, Any]:
+    """What the study keeps of a profile (attr `profile:<trial>`), so reports need no files."""
+    busy = [d["busy_share"] for d in record.get("gpu_busy", [])]
+    return {
+        "groups": {g["group"]: round(g["share"], 4) for g in record["groups"]},
+        "top_kernels": [{"name": k["name"], "group": k["group"], "share": round(k["share"], 4)}
+                        for k in record["kernels"][:top]],
+        "source": record["source"], "concurrency": record.get("concurrency"),
+        "seconds": record.get("load", {}).get("seconds"), "started_at": record.get("started_at"),
+        "gpu_busy": round(sum(busy) / len(busy), 4) if busy else None,
+    }

@@ -108,6 +108,10 @@ def test_profile_of_two_configs_shows_the_models_split(cli):
     assert abs(one["attention"] - two["attention"]) > 0.05 and two["communication"] > one["communication"]
     study = optuna.load_study(study_name="p", storage=f"sqlite:///{cli.workdir / 'results' / 'p' / 'study.db'}")
     assert study.user_attrs.get("profile_server") is None
+    for number, cfg in CONFIGS.items():  # the summary the study keeps, for reports without the files
+        kept = study.user_attrs[f"profile:{number}"]
+        assert kept["groups"] == pytest.approx(modelled_split(cfg, C, INPUT_LEN, OUTPUT_LEN), abs=0.03)
+        assert kept["top_kernels"][0]["group"] == "attention" and kept["concurrency"] == C
 
 
 @pytest.fixture
