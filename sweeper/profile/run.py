@@ -173,7 +173,9 @@ def _profile_under_load(ctx: ProfileContext, proc: ServerProcess, port: int, req
         if host.is_alive(proc):  # a dead server has no profiler to stop; said below
             call_profiler(base_url, control.stop_path, None, request.profiler_call_timeout_s)
     if not host.is_alive(proc):
-        raise UserError(f"the server exited during the profile; see {ctx.profile_dir / 'server.log'}")
+        tail = "\n".join(host.read_log(proc, 0)[0].splitlines()[-10:])
+        raise UserError(f"the server exited during the profile; log in {ctx.profile_dir / 'server.log'}; "
+                        f"last lines:\n{tail}")
     if load["failed"]:
         warnings.append(f"{load['failed']} of {load['requests']} profiled requests failed")
     ctx.on_step("waiting for the trace files")
