@@ -219,3 +219,21 @@ def test_kernels_reads_saved_traces(cli, tmp_path):
     assert [g["share"] for g in two["groups"]] == pytest.approx([g["share"] for g in one["groups"]])
     bad = cli.run("kernels", "hosts.yaml")
     assert bad.returncode == 2 and "hosts.yaml: not a readable chrome trace" in bad.stderr
+
+
+def test_a_server_dying_under_the_profiler_is_an_error_and_its_group_is_cleaned(one_trial_study):
+    cli = one_trial_study
+    controller = cli.start("profile", "s", "--trial", "0", "--seconds", "60")
+    try:
+        process = wait_until(lambda: profiling_server(cli.workdir), timeout=120)
+        os.kill(process["pid"], signal.SIGKILL)  # the main process only: its scheduler children stay
+        assert controller.wait(120) == 2
+    finally:
+        if controller.poll() is None:
+            controller.kill()
+    stderr = controller.stderr.read()
+    assert "the server exited during the profile" in stderr, stderr
+    assert live_group_members(process["pgid"]) == []  # the children were stopped with the group
+    folder = cli.workdir / "results" / "s" / "trials" / "0" / "profile"
+    assert json.loads((folder / "stop.json").read_text())["was_running"] is True  # children were left
+    assert not (folder / "profile.json").exists()
