@@ -491,6 +491,8 @@ def load(
             verdict = "[green]yes[/]" if m["valid"] else "[red]no[/]: " + "; ".join(m["invalid_reasons"])
             if m.get("unstable"):
                 verdict += f" [yellow](unstable, CV {m['cv_output_throughput']:.1%})[/]"
+            if m.get("coarse_stream"):
+                verdict += f" [yellow](coarse stream, {m['tokens_per_chunk']:.1f} tokens per chunk)[/]"
             table.add_row(str(level), f"{m['completed']}/{m['completed'] + m['failed']}",
                           f"{m['output_throughput']:.1f}", f"{m['total_throughput']:.1f}",
                           f"{m['request_throughput']:.2f}",
