@@ -89,7 +89,8 @@ def main() -> None:
     tokenizer = build_tokenizer(args.out, args.vocab, args.seed)
     config = build_config(args, len(tokenizer), tokenizer.pad_token_id)
     torch.manual_seed(args.seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, args.dtype))
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):  # random init is faster there
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, args.dtype))
     model.generation_config = GenerationConfig(pad_token_id=tokenizer.pad_token_id, eos_token_id=None,
                                                bos_token_id=None, do_sample=False)
     model.save_pretrained(str(args.out))
