@@ -24,6 +24,7 @@ WORK=${WORK:-/tmp/sweeper-gpu}
 MODEL=${MODEL:-/tmp/sweeper-model}
 DEVICE=${DEVICE:-cuda}
 DEADLINE=${DEADLINE:-570}
+CAPTURES=${CAPTURES:-1}  # 0: skip the nvidia-smi/OOM captures and the profiler trace (a re-run)
 MODEL_ARGS=${MODEL_ARGS:-}
 STUDY=${STUDY:-h200}
 mkdir -p "$OUT" "$WORK/captures"
@@ -50,8 +51,8 @@ EOF
 python3 -c 'import torch; print("cuda", torch.cuda.is_available(), torch.cuda.get_device_name() if torch.cuda.is_available() else "")'
 python3 -m transformers.cli.transformers serve --help > "$WORK/captures/serve_help.txt" 2>&1 || exit 1
 
-if [ "$DEVICE" = cuda ]; then
-  nvidia-smi || exit 1
+[ "$DEVICE" = cuda ] && { nvidia-smi || exit 1; }
+if [ "$DEVICE" = cuda ] && [ "$CAPTURES" = 1 ]; then
   step "nvidia-smi captures: idle, busy (an 8 GiB torch allocation), released"
   python3 "$REPO/bench/gpu/capture_nvidia_smi.py" "$WORK/captures" || exit 1
   step "a real CUDA OOM message from torch's allocator"
@@ -63,9 +64,11 @@ step "model: random-weight Qwen3-MoE shape and a local BPE tokenizer"
 rm -rf "$MODEL"
 python3 "$REPO/bench/gpu/make_model.py" "$MODEL" $MODEL_ARGS || exit 1
 
-step "torch profiler trace of one config (bf16, sdpa, batch 8, prefill + 4 decode steps)"
-python3 "$REPO/bench/gpu/profile_decode.py" "$MODEL" "$OUT/h200_decode.trace.json.gz" --batch 8 --steps 4 \
-  || echo "profile failed (the sweep still runs)"
+if [ "$CAPTURES" = 1 ]; then
+  step "torch profiler trace of one config (bf16, sdpa, batch 8, prefill + 4 decode steps)"
+  python3 "$REPO/bench/gpu/profile_decode.py" "$MODEL" "$OUT/h200_decode.trace.json.gz" --batch 8 --steps 4 \
+    || echo "profile failed (the sweep still runs)"
+fi
 
 step "hosts and space"
 SPACE="$WORK/space.yaml"
