@@ -48,3 +48,11 @@ hosts:
         assert outcome["stage_seconds"]["gpu_release"] >= 0
         recorded.append(trial.name)
     assert len(recorded) >= 1
+
+    out = cli.run("leaderboard", "mem", "--csv", "mem.csv")
+    assert out.returncode == 0, out.stderr
+    import pandas as pd
+
+    frame = pd.read_csv(cli.workdir / "mem.csv")
+    launched = frame[frame["trial"].astype(str).isin(recorded)]
+    assert (launched["gpu_serving_mib"] > 8 * IDLE_MIB).all()  # all GPUs' MiB at the end of the load
