@@ -344,7 +344,9 @@ def _serve_and_measure(ctx: TrialContext, outcome: TrialOutcome, timer: Callable
     space = ctx.space
     base_url = ctx.host.base_url(port)
     info = ctx.engine.info
-    model = ctx.engine.served_model(space)
+    # the name requests carry; an adapter without served_model serves space.model as given
+    served = getattr(ctx.engine, "served_model", None)
+    model = served(space) if served else space.model
     with timer("wait_ready"):
         verdict = wait_ready(ctx.host, proc, info, port, model, space.launch)
     if not isinstance(verdict, Ready):
