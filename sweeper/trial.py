@@ -27,7 +27,7 @@ from sweeper.garbage import garbage_reasons
 from sweeper.hosts.base import Host, ServerProcess, StopReport
 from sweeper.hosts.gate import check_gpus_before_launch, wait_gpus_released
 from sweeper.hosts.gpu import GpuSnapshot
-from sweeper.loadgen.client import LoadgenError, StreamOptions, complete, run_level
+from sweeper.loadgen.client import LoadgenError, StreamOptions, complete, fit_to_dialect, run_level
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.loadgen.metrics import combine_repeats, summarize_level
 from sweeper.loadgen.workload import build_prompt_texts, build_prompt_token_ids
@@ -217,11 +217,9 @@ def check_output(base_url: str, model: str, check: OutputCheck, reference: str |
 
 def build_stream_options(workload: Workload, dialect: RequestDialect) -> StreamOptions:
     """How load requests are sent: the workload's wishes, limited to what the server accepts."""
-    return StreamOptions(api=dialect.api, timeout_s=workload.request_timeout_s,
-                         stall_timeout_s=workload.stall_timeout_s,
-                         min_tokens=workload.min_tokens and dialect.min_tokens,
-                         continuous_usage=workload.continuous_usage_stats and dialect.continuous_usage,
-                         ignore_eos=dialect.ignore_eos, coalesced_stream=dialect.coalesced_stream)
+    wished = StreamOptions(timeout_s=workload.request_timeout_s, stall_timeout_s=workload.stall_timeout_s,
+                           min_tokens=workload.min_tokens, continuous_usage=workload.continuous_usage_stats)
+    return fit_to_dialect(wished, dialect)
 
 
 def build_level_prompts(n: int, input_len: int, seed: int, dialect: RequestDialect) -> list[list[int]] | list[str]:

@@ -16,12 +16,12 @@ import asyncio
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
 
-from sweeper.loadgen.endpoints import Api, build_request_body, choice_text, endpoint_url
+from sweeper.loadgen.endpoints import Api, RequestDialect, build_request_body, choice_text, endpoint_url
 from sweeper.loadgen.lag import LagStats, LoopLagMonitor
 from sweeper.loadgen.sse import SseDataDecoder
 
@@ -168,6 +168,15 @@ class StreamOptions:
     continuous_usage: bool = False  # ask for cumulative usage in every chunk
     ignore_eos: bool = True  # send ignore_eos (servers with a strict schema refuse it)
     coalesced_stream: bool = False  # see RequestDialect.coalesced_stream
+
+
+def fit_to_dialect(options: StreamOptions, dialect: RequestDialect) -> StreamOptions:
+    """The options limited to what the server accepts: its endpoint, no field it refuses (asking
+    for min_tokens or per-chunk usage is dropped where it has none), its way of streaming."""
+    return replace(options, api=dialect.api, ignore_eos=dialect.ignore_eos,
+                   min_tokens=options.min_tokens and dialect.min_tokens,
+                   continuous_usage=options.continuous_usage and dialect.continuous_usage,
+                   coalesced_stream=dialect.coalesced_stream)
 
 
 @dataclass

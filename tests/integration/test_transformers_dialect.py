@@ -103,6 +103,15 @@ def _sse(event: dict) -> bytes:
 DIALECT = get_engine("transformers").info.dialect
 
 
+SCHEDULING = ("client lagged", "achieved concurrency")
+
+
+def assert_valid(reasons: list[str]) -> None:
+    """Valid, but for what a busy test machine's scheduling can cause (the client's loop lagging,
+    ms-long requests starting late): these tests are about what is sent and how it is counted."""
+    assert [r for r in reasons if not r.startswith(SCHEDULING)] == [], reasons
+
+
 def measure(strict: Strictness, concurrency: int = 2, output_len: int = 12,
             dialect: RequestDialect = DIALECT) -> tuple[list, dict]:
     with FakeTransformersServe(strict) as server:
@@ -117,9 +126,10 @@ def test_load_requests_are_accepted_and_counted_exactly():
     samples, m = measure(strict)
     assert all(set(p) <= ACCEPTED for p in strict.payloads)
     assert isinstance(strict.payloads[0]["messages"][0]["content"], str)
-    assert all(s.ok and s.chunk_tokens == [1] * 12 and not s.tokens_estimated for s in samples)
-    assert m["valid"], m["invalid_reasons"]
-    assert not m["coarse_stream"] and m["stream_notes"] == []
+    # one event per token; a busy machine may deliver two writes in one read (then one chunk of 2)
+    assert all(s.ok and sum(s.chunk_tokens) == s.output_tokens == 12 and not s.tokens_estimated for s in samples)
+    assert_valid(m["invalid_reasons"])
+    assert m["chunk_tokens_estimated"] == 0
 
 
 def test_held_back_tokens_are_spread_from_the_final_usage():
@@ -127,9 +137,9 @@ def test_held_back_tokens_are_spread_from_the_final_usage():
     that a usage mismatch; the transformers dialect spreads the 2 missing tokens and says so."""
     samples, m = measure(Strictness(hold_back_every=4))
     for s in samples:
-        assert s.ok and s.tokens_estimated and len(s.chunk_times) == 10
+        assert s.ok and s.tokens_estimated and len(s.chunk_times) <= 10  # fewer if two writes shared a read
         assert sum(s.chunk_tokens) == s.output_tokens == s.streamed_tokens == 12
-    assert m["valid"], m["invalid_reasons"]
+    assert_valid(m["invalid_reasons"])
     assert m["chunk_tokens_estimated"] == len(samples)
     assert any("spread from the server's final usage" in note for note in m["stream_notes"])
 
@@ -138,10 +148,11 @@ def test_events_of_one_write_are_one_chunk_and_a_coarse_level_is_reported():
     """The real server drains its token queue into one write: 4 tokens arrive at one instant.
     Counted as one chunk of 4, their gap is spread over 4 ITLs instead of 3 zero gaps."""
     samples, m = measure(Strictness(burst=4, token_delay_s=0.005))
-    for s in samples:
-        assert s.ok and s.chunk_tokens == [4, 4, 4] and not s.tokens_estimated
-    assert m["valid"], m["invalid_reasons"]
-    assert m["coarse_stream"] and m["tokens_per_chunk"] == pytest.approx(4.0)
+    for s in samples:  # [4, 4, 4]; [8, 4] or [4, 8] if a busy machine delivered two writes in one read
+        assert s.ok and sum(s.chunk_tokens) == 12 and all(t % 4 == 0 for t in s.chunk_tokens)
+        assert not s.tokens_estimated
+    assert_valid(m["invalid_reasons"])
+    assert m["coarse_stream"] and m["tokens_per_chunk"] >= 4.0
     assert m["median_itl_ms"] > 1.0  # ~20 ms per chunk over 4 tokens, never the zero gaps of a burst
     assert "coarse stream" in m["stream_notes"][0]
 
@@ -161,3 +172,24 @@ def test_readiness_and_output_check_speak_chat_to_the_pinned_model():
         assert failure is None and text == " word word word"
         with pytest.raises(LoadgenError, match="pinned"):
             complete(server.base_url, "moe", "Hello", 1, api=DIALECT.api)
+
+
+def test_sweeper_load_with_engine_transformers_sends_what_it_accepts(tmp_path):
+    from typer.testing import CliRunner
+
+    from sweeper.cli import app
+
+    strict = Strictness()
+    out = tmp_path / "levels.json"
+    with FakeTransformersServe(strict) as server:
+        result = CliRunner().invoke(app, [
+            "load", server.base_url, "--engine", "transformers", "--model", PINNED, "--concurrency", "1,2",
+            "--input-len", "8", "--output-len", "6", "--min-tokens", "--json", str(out)])
+    assert result.exit_code in (0, 3), result.output  # 3: a level invalid (see assert_valid)
+    assert all(set(p) <= ACCEPTED and "messages" in p for p in strict.payloads)
+    records = json.loads(out.read_text())
+    assert len(records) == 2 and records[0]["tokens_per_chunk"] == 1.0
+    for record in records:
+        assert_valid((record["invalid_reason"] or "") and record["invalid_reason"].split("; "))
+    refused = CliRunner().invoke(app, ["load", "http://127.0.0.1:9", "--engine", "vllm9", "--model", "m"])
+    assert refused.exit_code != 0 and "--engine: one of" in refused.output
