@@ -435,6 +435,7 @@ def load(
     model: Optional[str] = typer.Option(None, "--model", help="Model name (default: the first of /v1/models)."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write one object per level (bench_serving key names)."),
     api: str = typer.Option("completions", "--api", help="completions (token-id prompts) or chat (text prompts)."),
+    engine: Optional[str] = typer.Option(None, "--engine", help="Send what this engine's server accepts (its endpoint and fields; replaces --api), e.g. transformers."),
     repeats: int = typer.Option(1, "--repeats", min=1, help="Measured runs per level; the median is kept."),
     request_rate: Optional[float] = typer.Option(None, "--request-rate", min=0.0,
                                                  help="Open loop at this many requests/s (Poisson unless --fixed-rate)."),
@@ -481,6 +482,15 @@ def load(
             options=StreamOptions(api=api, timeout_s=timeout, stall_timeout_s=stall_timeout,
                                   min_tokens=min_tokens, continuous_usage=continuous_usage),
         )
+        if engine is not None:
+            from dataclasses import replace
+
+            from sweeper.engines import ENGINES, get_engine
+            from sweeper.loadgen.client import fit_to_dialect
+
+            if engine not in ENGINES:
+                raise UserError(f"--engine: one of {', '.join(sorted(ENGINES))}, got {engine!r}")
+            plan = replace(plan, options=fit_to_dialect(plan.options, get_engine(engine).info.dialect))
         table = Table(title=f"{url}  model {model}  input {input_len}  output {output_len}")
         for name in ("C", "completed", "out tok/s", "total tok/s", "req/s", "TTFT p50/p99 ms",
                      "ITL p50/p99 ms", "TPOT p50 ms", "e2e p50 ms", "achieved C", "goodput", "valid"):
@@ -491,6 +501,8 @@ def load(
             verdict = "[green]yes[/]" if m["valid"] else "[red]no[/]: " + "; ".join(m["invalid_reasons"])
             if m.get("unstable"):
                 verdict += f" [yellow](unstable, CV {m['cv_output_throughput']:.1%})[/]"
+            if m.get("coarse_stream"):
+                verdict += f" [yellow](coarse stream, {m['tokens_per_chunk']:.1f} tokens per chunk)[/]"
             table.add_row(str(level), f"{m['completed']}/{m['completed'] + m['failed']}",
                           f"{m['output_throughput']:.1f}", f"{m['total_throughput']:.1f}",
                           f"{m['request_throughput']:.2f}",

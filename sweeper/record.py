@@ -78,6 +78,8 @@ def outcome_attrs(outcome: TrialOutcome) -> dict[str, Any]:
         "stage_seconds": outcome.stage_seconds,
         "output_text": outcome.output_text,
     }
+    if outcome.gpu_memory is not None:
+        attrs["gpu_memory"] = outcome.gpu_memory
     if outcome.failure:
         failure = asdict(outcome.failure)
         failure["log_tail"] = failure["log_tail"][-LOG_TAIL_CHARS:]

@@ -26,9 +26,11 @@ from sweeper.errors import InfraError
 from sweeper.garbage import garbage_reasons
 from sweeper.hosts.base import Host, ServerProcess, StopReport
 from sweeper.hosts.gate import check_gpus_before_launch, wait_gpus_released
-from sweeper.loadgen.client import LoadgenError, StreamOptions, complete, run_level
+from sweeper.hosts.gpu import GpuSnapshot
+from sweeper.loadgen.client import LoadgenError, StreamOptions, complete, fit_to_dialect, run_level
+from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.loadgen.metrics import combine_repeats, summarize_level
-from sweeper.loadgen.workload import build_prompt_token_ids
+from sweeper.loadgen.workload import build_prompt_texts, build_prompt_token_ids
 from sweeper.redact import redact_env
 from sweeper.space import excluded_by_rule, violated_constraints
 
@@ -51,6 +53,8 @@ class TrialOutcome:
     output_text: str | None = None
     stage_seconds: dict[str, float] = field(default_factory=dict)
     launched: bool = False
+    # MiB used per GPU index before the launch, at the end of the load, and once released
+    gpu_memory: dict[str, dict[str, int]] | None = None
 
     @property
     def ok(self) -> bool:
@@ -171,7 +175,7 @@ def wait_ready(host: Host, proc: ServerProcess, info: EngineInfo, port: int, mod
                            watch.tail())
         if health == 200:
             try:
-                complete(base_url, model, "Hello", max_tokens=1, timeout_s=30.0)
+                complete(base_url, model, "Hello", max_tokens=1, timeout_s=30.0, api=info.dialect.api)
                 return Ready(time.monotonic() - started)
             except LoadgenError:
                 pass  # healthy but cannot generate yet: keep polling until the deadline
@@ -192,11 +196,13 @@ def _get_status(url: str) -> int | None:
         return None
 
 
-def check_output(base_url: str, model: str, check: OutputCheck, reference: str | None) -> tuple[str, Failure | None]:
+def check_output(base_url: str, model: str, check: OutputCheck, reference: str | None,
+                 dialect: RequestDialect = RequestDialect()) -> tuple[str, Failure | None]:
     """A greedy completion of the fixed prompt, compared with the study's reference when it has one,
     else judged by the garbage detector (so a garbage first trial can neither win nor set the reference)."""
     try:
-        text = complete(base_url, model, check.prompt, max_tokens=check.max_tokens, timeout_s=120.0).text
+        text = complete(base_url, model, check.prompt, max_tokens=check.max_tokens, timeout_s=120.0,
+                        api=dialect.api).text
     except LoadgenError as exc:
         return "", Failure("check_output", "generation_error", str(exc))
     if check.mode == "none":
@@ -209,24 +215,38 @@ def check_output(base_url: str, model: str, check: OutputCheck, reference: str |
     return text, None
 
 
+def build_stream_options(workload: Workload, dialect: RequestDialect) -> StreamOptions:
+    """How load requests are sent: the workload's wishes, limited to what the server accepts."""
+    wished = StreamOptions(timeout_s=workload.request_timeout_s, stall_timeout_s=workload.stall_timeout_s,
+                           min_tokens=workload.min_tokens, continuous_usage=workload.continuous_usage_stats)
+    return fit_to_dialect(wished, dialect)
+
+
+def build_level_prompts(n: int, input_len: int, seed: int, dialect: RequestDialect) -> list[list[int]] | list[str]:
+    """Token ids where the server takes them (exact input length), else text of about input_len tokens."""
+    if dialect.text_prompts or dialect.api == "chat":
+        return build_prompt_texts(n, input_len, seed)
+    return build_prompt_token_ids(n, input_len, seed)
+
+
 def run_ladder(base_url: str, model: str, workload: Workload, time_scale: float, trial_dir: Path,
-               on_level: Callable[[int, dict], Failure | None], still_alive: Callable[[], bool]) -> tuple[dict[int, dict], Failure | None]:
+               on_level: Callable[[int, dict], Failure | None], still_alive: Callable[[], bool],
+               dialect: RequestDialect = RequestDialect()) -> tuple[dict[int, dict], Failure | None]:
     """Each level: a warmup (not measured), then `repeats` runs with exactly C requests in flight
     until their requests run out; the median repeat is kept, with the repeats' CV."""
     levels: dict[int, dict] = {}
     samples_dir = trial_dir / "samples"
     samples_dir.mkdir(parents=True, exist_ok=True)
-    options = StreamOptions(timeout_s=workload.request_timeout_s, stall_timeout_s=workload.stall_timeout_s,
-                            min_tokens=workload.min_tokens, continuous_usage=workload.continuous_usage_stats)
+    options = build_stream_options(workload, dialect)
     for concurrency in workload.concurrency:
-        warmup = build_prompt_token_ids(workload.warmup_rounds * concurrency, workload.input_len,
-                                        seed=workload.seed + 10_000 + concurrency)
+        warmup = build_level_prompts(workload.warmup_rounds * concurrency, workload.input_len,
+                                     workload.seed + 10_000 + concurrency, dialect)
         if warmup:
             run_level(base_url, model, warmup, workload.output_len, concurrency, options=options)
         repeats = []
         for repeat in range(workload.repeats):  # fresh prompts each repeat: no prefix-cache hits
-            prompts = build_prompt_token_ids(workload.requests_at(concurrency), workload.input_len,
-                                             seed=workload.seed + concurrency + 100_000 * repeat)
+            prompts = build_level_prompts(workload.requests_at(concurrency), workload.input_len,
+                                          workload.seed + concurrency + 100_000 * repeat, dialect)
             run = run_level(base_url, model, prompts, workload.output_len, concurrency, options=options)
             suffix = "" if repeat == 0 else f".r{repeat + 1}"  # c<C>.json stays the first repeat
             (samples_dir / f"c{concurrency}{suffix}.json").write_text(json.dumps([asdict(s) for s in run.samples]))
@@ -278,36 +298,68 @@ def run_trial(ctx: TrialContext, config: Mapping[str, Any]) -> TrialOutcome:
     try:
         _serve_and_measure(ctx, outcome, timer, proc, port)
     finally:
+        serving = _snapshot_or_none(ctx.host) if gpu_baseline is not None else None
         with timer("stop"):
             report = stop(ctx.host, proc, port, space.launch.stop_grace_s)
         (ctx.trial_dir / "stop.json").write_text(json.dumps(asdict(report), indent=2))
         if report.left_behind and outcome.failure is None:
             outcome.failure = Failure("stop", "stop_failed", f"processes left behind: {report.left_behind}")
         if gpu_baseline is not None:
-            wait_gpus_released(ctx.host, ctx.host_spec, gpu_baseline, port)
+            with timer("gpu_release"):
+                released = wait_gpus_released(ctx.host, ctx.host_spec, gpu_baseline, port)
+            outcome.gpu_memory = build_gpu_memory_record(gpu_baseline, serving, released)
+            (ctx.trial_dir / "gpu_memory.json").write_text(json.dumps(outcome.gpu_memory, indent=2))
     if disruption := ctx.host.take_disruption():
         raise InfraError(f"{disruption} during the trial: its measurements are not kept")
     return outcome
+
+
+def build_gpu_memory_record(before: GpuSnapshot, serving: GpuSnapshot | None,
+                            after: GpuSnapshot | None) -> dict[str, dict[str, int]]:
+    """MiB used per GPU index (as strings: JSON keys) at each point; a point not read is absent."""
+    record = {"before": _used_by_gpu(before)}
+    if serving is not None:
+        record["serving"] = _used_by_gpu(serving)
+    if after is not None:
+        record["after"] = _used_by_gpu(after)
+    return record
+
+
+def _used_by_gpu(snapshot: GpuSnapshot) -> dict[str, int]:
+    return {str(g.index): g.used_mib for g in snapshot.gpus}
+
+
+def _snapshot_or_none(host: Host) -> GpuSnapshot | None:
+    """What the server holds at the end of its trial; informative, so a failed read is no failure."""
+    try:
+        return host.gpu_snapshot()
+    except Exception:  # noqa: BLE001 - the release check after the stop reads it again and decides
+        return None
 
 
 def _serve_and_measure(ctx: TrialContext, outcome: TrialOutcome, timer: Callable,
                        proc: ServerProcess, port: int) -> None:
     space = ctx.space
     base_url = ctx.host.base_url(port)
+    info = ctx.engine.info
+    # the name requests carry; an adapter without served_model serves space.model as given
+    served = getattr(ctx.engine, "served_model", None)
+    model = served(space) if served else space.model
     with timer("wait_ready"):
-        verdict = wait_ready(ctx.host, proc, ctx.engine.info, port, space.model, space.launch)
+        verdict = wait_ready(ctx.host, proc, info, port, model, space.launch)
     if not isinstance(verdict, Ready):
         outcome.failure = Failure("wait_ready", verdict.kind, verdict.message, verdict.log_tail)
         return
     with timer("check_output"):
-        outcome.output_text, failure = check_output(base_url, space.model, space.check, ctx.reference_text)
+        outcome.output_text, failure = check_output(base_url, model, space.check, ctx.reference_text,
+                                                    info.dialect)
     if failure:
         outcome.failure = failure
         return
     with timer("load"):
         outcome.levels, outcome.failure = run_ladder(
-            base_url, space.model, space.workload, ctx.engine.clock_scale(space), ctx.trial_dir,
-            ctx.on_level, lambda: ctx.host.is_alive(proc))
+            base_url, model, space.workload, ctx.engine.clock_scale(space), ctx.trial_dir,
+            ctx.on_level, lambda: ctx.host.is_alive(proc), info.dialect)
     objective_level = outcome.levels.get(space.objective_level)
     if outcome.failure is None and objective_level is not None and not objective_level.get("valid"):
         # An invalid measurement never scores: recorded with its reasons, never ranked.

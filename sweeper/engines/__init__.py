@@ -4,8 +4,10 @@ from sweeper.engines.base import Engine
 from sweeper.engines.llamacpp import LlamaCppEngine
 from sweeper.engines.sglang import SGLangEngine
 from sweeper.engines.sim import SimEngine
+from sweeper.engines.transformers import TransformersEngine
 
-ENGINES: dict[str, type] = {"sglang": SGLangEngine, "sim": SimEngine, "llamacpp": LlamaCppEngine}
+ENGINES: dict[str, type] = {"sglang": SGLangEngine, "sim": SimEngine, "llamacpp": LlamaCppEngine,
+                            "transformers": TransformersEngine}
 
 
 def get_engine(name: str) -> Engine:

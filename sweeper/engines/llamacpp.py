@@ -98,5 +98,8 @@ class LlamaCppEngine:
         argv = build_llamacpp_argv(self.binary(), space, config, port)
         return LaunchSpec(argv=tuple(argv), env=build_env(space, config, host), port=port)
 
+    def served_model(self, space: Space) -> str:
+        return space.model
+
     def clock_scale(self, space: Space) -> float:
         return 1.0

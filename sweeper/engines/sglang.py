@@ -77,5 +77,8 @@ class SGLangEngine:
         argv = build_sglang_argv(self.module, space, config, port, python)
         return LaunchSpec(argv=tuple(argv), env=build_env(space, config, host), port=port)
 
+    def served_model(self, space: Space) -> str:
+        return space.model
+
     def clock_scale(self, space: Space) -> float:
         return 1.0

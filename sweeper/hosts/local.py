@@ -116,6 +116,9 @@ class LocalHost:
 
     def port_is_free(self, port: int) -> bool:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            # As servers bind (uvicorn, llama-server): a port whose old connections sit in TIME_WAIT
+            # is free. Without it every stop waited out TIME_WAIT, ~60 s a trial (seen on the H200).
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:

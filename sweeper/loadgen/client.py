@@ -16,12 +16,12 @@ import asyncio
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
 
-from sweeper.loadgen.endpoints import Api, build_request_body, choice_text, endpoint_url
+from sweeper.loadgen.endpoints import Api, RequestDialect, build_request_body, choice_text, endpoint_url
 from sweeper.loadgen.lag import LagStats, LoopLagMonitor
 from sweeper.loadgen.sse import SseDataDecoder
 
@@ -53,6 +53,8 @@ class RequestSample:
     streamed_tokens: int
     usage_reported: bool
     requested_output_tokens: int
+    # chunk_tokens were spread from the final usage count (a coalescing server, RequestDialect)
+    tokens_estimated: bool = False
 
     @property
     def latency(self) -> float:
@@ -75,6 +77,8 @@ class _StreamTally:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     error: str = ""
+    coalesced: bool = False  # events of one read are one chunk; counts come from the final usage
+    tokens_estimated: bool = False
     _held_tokens: int = 0  # tokens of empty-text chunks not yet attributed
     _cumulative: int = 0  # last per-chunk cumulative completion_tokens seen
 
@@ -99,9 +103,27 @@ class _StreamTally:
             # character; those tokens arrive with the next non-empty chunk.
             self._held_tokens += tokens
             return
-        self.chunk_times.append(now)
-        self.chunk_tokens.append(max(tokens + self._held_tokens, 1))
+        if self.coalesced and self.chunk_times and self.chunk_times[-1] == now:
+            self.chunk_tokens[-1] += max(tokens + self._held_tokens, 1)  # same read: same instant
+        else:
+            self.chunk_times.append(now)
+            self.chunk_tokens.append(max(tokens + self._held_tokens, 1))
         self._held_tokens = 0
+
+    def finish(self) -> None:
+        """For a coalescing server: tokens the usage counts beyond the events seen (held back by
+        its detokenizer, or several per event) are spread evenly over the chunks, so ITL spreads a
+        chunk's gap over its tokens. Fewer usage tokens than events stays a mismatch."""
+        counted = sum(self.chunk_tokens)
+        if not (self.coalesced and self.chunk_tokens and self.completion_tokens is not None):
+            return
+        surplus = self.completion_tokens - counted
+        if surplus <= 0:
+            return
+        n = len(self.chunk_tokens)
+        base, extra = divmod(surplus, n)
+        self.chunk_tokens = [t + base + (1 if i >= n - extra else 0) for i, t in enumerate(self.chunk_tokens)]
+        self.tokens_estimated = True
 
     def _tokens_in_event(self, choice: dict, usage: dict) -> int:
         # Per-chunk usage (continuous_usage_stats) or token_ids say exactly how many tokens a
@@ -144,6 +166,17 @@ class StreamOptions:
     extra_body: dict | None = None
     min_tokens: bool = False  # also send min_tokens = max_tokens (SGLang, vLLM)
     continuous_usage: bool = False  # ask for cumulative usage in every chunk
+    ignore_eos: bool = True  # send ignore_eos (servers with a strict schema refuse it)
+    coalesced_stream: bool = False  # see RequestDialect.coalesced_stream
+
+
+def fit_to_dialect(options: StreamOptions, dialect: RequestDialect) -> StreamOptions:
+    """The options limited to what the server accepts: its endpoint, no field it refuses (asking
+    for min_tokens or per-chunk usage is dropped where it has none), its way of streaming."""
+    return replace(options, api=dialect.api, ignore_eos=dialect.ignore_eos,
+                   min_tokens=options.min_tokens and dialect.min_tokens,
+                   continuous_usage=options.continuous_usage and dialect.continuous_usage,
+                   coalesced_stream=dialect.coalesced_stream)
 
 
 @dataclass
@@ -319,8 +352,9 @@ async def _send_streaming(
         extra_body=opts.extra_body,
         min_tokens=opts.min_tokens,
         continuous_usage=opts.continuous_usage,
+        ignore_eos=opts.ignore_eos,
     )
-    tally = _StreamTally()
+    tally = _StreamTally(coalesced=opts.coalesced_stream)
     start = time.perf_counter()
     try:
         error = await _read_stream(session, url, payload, opts, tally)
@@ -331,6 +365,8 @@ async def _send_streaming(
     except Exception as exc:  # a bad server must cost one sample, never the whole level
         error = f"{type(exc).__name__}: {exc}"[:ERROR_BODY_CHARS]
     end = time.perf_counter()
+    if not error:
+        tally.finish()
     streamed = sum(tally.chunk_tokens)
     return RequestSample(
         ok=not error,
@@ -345,6 +381,7 @@ async def _send_streaming(
         streamed_tokens=streamed,
         usage_reported=tally.completion_tokens is not None,
         requested_output_tokens=output_len,
+        tokens_estimated=tally.tokens_estimated,
     )
 
 
@@ -444,8 +481,9 @@ def complete(
     timeout_s: float = 60.0,
     *,
     extra_body: dict | None = None,
+    api: Api = "completions",
 ) -> CompletionResult:
     """Blocking complete_once."""
     return asyncio.run(
-        complete_once(base_url, model, prompt, max_tokens, timeout_s, extra_body=extra_body)
+        complete_once(base_url, model, prompt, max_tokens, timeout_s, extra_body=extra_body, api=api)
     )

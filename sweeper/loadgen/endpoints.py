@@ -7,11 +7,29 @@ adds tokens, so the input length is what the server's usage reports, not what wa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 Api = Literal["completions", "chat"]
 APIS: tuple[str, ...] = ("completions", "chat")
 _PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+
+
+@dataclass(frozen=True)
+class RequestDialect:
+    """What a server accepts and how it streams, declared by its engine adapter (EngineInfo), so
+    the trial's requests are shaped by data rather than by engine name. The defaults are SGLang's
+    and vLLM's: token-id prompts on /v1/completions, ignore_eos and min_tokens accepted, usage in
+    every chunk on request."""
+
+    api: Api = "completions"
+    text_prompts: bool = False  # the server takes text only (no token-id prompts)
+    ignore_eos: bool = True  # accepts `ignore_eos` (a strict schema answers 422 to unknown fields)
+    min_tokens: bool = True  # accepts `min_tokens`
+    continuous_usage: bool = True  # honours stream_options.continuous_usage_stats
+    # One network read can bring several tokens and no chunk says how many: events of one read are
+    # one chunk, and the final usage count is spread over the chunks (marked as estimated).
+    coalesced_stream: bool = False
 
 
 def endpoint_url(base_url: str, api: Api) -> str:
@@ -30,10 +48,12 @@ def build_request_body(
     extra_body: dict | None = None,
     min_tokens: bool = False,
     continuous_usage: bool = False,
+    ignore_eos: bool = True,
 ) -> dict[str, Any]:
-    """Greedy request body. A streamed load request also ignores EOS (and, with min_tokens, asks
-    for at least max_tokens) so it runs to max_tokens, and asks for the usage report; with
-    continuous_usage, for a cumulative usage in every chunk too (SGLang, vLLM)."""
+    """Greedy request body. A streamed load request also ignores EOS (unless ignore_eos=False, for
+    servers that refuse the field; and, with min_tokens, asks for at least max_tokens) so it runs
+    to max_tokens, and asks for the usage report; with continuous_usage, for a cumulative usage in
+    every chunk too (SGLang, vLLM)."""
     body: dict[str, Any] = {"model": model}
     if api == "chat":
         if not isinstance(prompt, str):
@@ -46,7 +66,9 @@ def build_request_body(
         options: dict[str, bool] = {"include_usage": True}
         if continuous_usage:
             options["continuous_usage_stats"] = True
-        body |= {"ignore_eos": True, "stream": True, "stream_options": options}
+        body |= {"stream": True, "stream_options": options}
+        if ignore_eos:
+            body["ignore_eos"] = True
         if min_tokens:
             body["min_tokens"] = max_tokens
     return body | (extra_body or {})

@@ -24,6 +24,7 @@ RECORD_KEYS = (
     *(f"{stat}_{metric}_ms" for metric in ("ttft", "itl", "tpot", "e2e_latency")
       for stat in ("mean", "median", "std", "p90", "p95", "p99")),
     "concurrency", "client_lag_p99_ms", "repeats", "cv_output_throughput", "unstable",
+    "tokens_per_chunk", "coarse_stream",
     "valid", "invalid_reason",
 )
 

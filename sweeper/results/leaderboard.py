@@ -99,6 +99,8 @@ def trial_row(trial: FrozenTrial, params: list[str], levels: list[int], referenc
     row["duration_s"] = (trial.datetime_complete - trial.datetime_start).total_seconds() \
         if trial.datetime_complete and trial.datetime_start else math.nan
     row["host"] = attrs.get("host", "")
+    serving = (attrs.get("gpu_memory") or {}).get("serving")  # recorded when the GPU gate is on
+    row["gpu_serving_mib"] = sum(serving.values()) if serving else math.nan
     return row
 
 

@@ -126,3 +126,33 @@ def test_port_checks(host):
         port = sock.getsockname()[1]
         assert not host.port_is_free(port)
     assert host.port_is_free(port)
+
+
+def test_a_port_whose_old_connections_sit_in_time_wait_is_free(host):
+    """A stopped server's closed connections leave its port in TIME_WAIT for a minute; servers bind
+    with SO_REUSEADDR, so the port is free for the next one (before this, every trial on the H200
+    waited ~60 s for the port)."""
+    import socket
+
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    conn, _ = server.accept()
+    conn.close()  # the server side closes first: its end of the connection goes to TIME_WAIT
+    time.sleep(0.1)
+    client.close()
+    server.close()
+    with socket.socket() as plain, pytest.raises(OSError):
+        plain.bind(("127.0.0.1", port))  # the TIME_WAIT is there: a bind without SO_REUSEADDR fails
+    assert host.port_is_free(port)
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen()
+    try:
+        assert not host.port_is_free(port)  # a listening server still holds it
+    finally:
+        listener.close()
