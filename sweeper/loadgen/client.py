@@ -8,6 +8,14 @@ lag (lag.py), so a level the client could not keep up with is marked invalid, no
 
 aiohttp over httpx: on one core it ingests about 2x the streamed tokens per second
 (bench/README.md, "Capacity").
+
+Connections are kept alive: each response is read to its end, and its connection goes back to a
+pool that serves the next request (a new TCP connection per request sat inside every TTFT and cost
+a third of the client's capacity). A server that closes a kept connection just as a request is
+sent into it (llama-server closes after every streamed response while advertising keep-alive)
+gets that request once more on a fresh connection; the sample counts the reconnect. A dead server
+gives failed samples, never a hang: a kept connection whose server died is closed under the pool
+(through the SSH port forward too, hosts/forward.py), and no request is retried twice.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -26,6 +35,7 @@ from sweeper.loadgen.lag import LagStats, LoopLagMonitor
 from sweeper.loadgen.sse import SseDataDecoder
 
 ERROR_BODY_CHARS = 200
+DRAIN_S = 1.0  # after [DONE], how long the body's end may take before the connection is dropped
 
 
 class LoadgenError(Exception):
@@ -53,6 +63,7 @@ class RequestSample:
     streamed_tokens: int
     usage_reported: bool
     requested_output_tokens: int
+    reconnects: int = 0  # sent again on a fresh connection: the server had closed the kept one
 
     @property
     def latency(self) -> float:
@@ -75,6 +86,7 @@ class _StreamTally:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     error: str = ""
+    done_at: float | None = None  # when [DONE] arrived (the body's end is read after it)
     _held_tokens: int = 0  # tokens of empty-text chunks not yet attributed
     _cumulative: int = 0  # last per-chunk cumulative completion_tokens seen
 
@@ -160,13 +172,24 @@ class LevelRun:
         return self.end - self.start
 
 
-def new_session() -> aiohttp.ClientSession:
-    # limit=0: aiohttp's default pool of 100 (and any smaller cap) would silently bound concurrency.
-    # force_close: one connection per request, always (see _read_stream). Without it a response read
-    # to its end (e.g. [DONE] and the last chunk in one segment) goes back to the pool, and
-    # llama-server, which closes after each streamed response while advertising keep-alive, fails
-    # the next request on that connection ("Can not write request body").
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=True))
+def new_session(keep_alive: bool = True) -> aiohttp.ClientSession:
+    """A session whose pool never bounds concurrency (limit=0: aiohttp's default of 100, or any
+    smaller cap, would silently); it holds at most as many connections as requests were in flight.
+    keep_alive=False opens a new connection per request."""
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=not keep_alive)
+    return aiohttp.ClientSession(connector=connector, trace_configs=[_reuse_trace()])
+
+
+def _reuse_trace() -> aiohttp.TraceConfig:
+    """Marks a request's trace context (a SimpleNamespace passed as trace_request_ctx) `reused`
+    when aiohttp sends it over a pooled connection."""
+    async def on_reuse(session: object, context: SimpleNamespace, params: object) -> None:
+        if isinstance(context.trace_request_ctx, SimpleNamespace):
+            context.trace_request_ctx.reused = True
+
+    config = aiohttp.TraceConfig()
+    config.on_connection_reuseconn.append(on_reuse)
+    return config
 
 
 def _connection_cap(session: aiohttp.ClientSession) -> int | None:
@@ -320,17 +343,13 @@ async def _send_streaming(
         min_tokens=opts.min_tokens,
         continuous_usage=opts.continuous_usage,
     )
-    tally = _StreamTally()
-    start = time.perf_counter()
-    try:
-        error = await _read_stream(session, url, payload, opts, tally)
-    except aiohttp.ServerTimeoutError:  # sock_read: the only socket timeout set
-        error = f"stalled: no data for {opts.stall_timeout_s:g} s"
-    except TimeoutError:
-        error = f"timeout after {opts.timeout_s:g} s"
-    except Exception as exc:  # a bad server must cost one sample, never the whole level
-        error = f"{type(exc).__name__}: {exc}"[:ERROR_BODY_CHARS]
-    end = time.perf_counter()
+    start, tally, error, stale = await _attempt(session, url, payload, opts)
+    reconnects = 0
+    if stale:  # once more, on a connection of its own: the pool may hold more the server closed
+        reconnects = 1
+        async with new_session(keep_alive=False) as fresh:
+            start, tally, error, _ = await _attempt(fresh, url, payload, opts)
+    end = tally.done_at if tally.done_at is not None and not error else time.perf_counter()
     streamed = sum(tally.chunk_tokens)
     return RequestSample(
         ok=not error,
@@ -345,7 +364,36 @@ async def _send_streaming(
         streamed_tokens=streamed,
         usage_reported=tally.completion_tokens is not None,
         requested_output_tokens=output_len,
+        reconnects=reconnects,
     )
+
+
+async def _attempt(
+    session: aiohttp.ClientSession, url: str, payload: dict, opts: StreamOptions
+) -> tuple[float, _StreamTally, str, bool]:
+    """Send once: (start, tally, error text or "", whether it met a kept connection the server
+    had closed)."""
+    tally = _StreamTally()
+    attempt = SimpleNamespace(reused=False, answered=False)
+    start = time.perf_counter()
+    try:
+        return start, tally, await _read_stream(session, url, payload, opts, tally, attempt), False
+    except aiohttp.ServerTimeoutError:  # sock_read: the only socket timeout set
+        return start, tally, f"stalled: no data for {opts.stall_timeout_s:g} s", False
+    except TimeoutError:
+        return start, tally, f"timeout after {opts.timeout_s:g} s", False
+    except Exception as exc:  # a bad server must cost one sample, never the whole level
+        error = f"{type(exc).__name__}: {exc}"[:ERROR_BODY_CHARS]
+        return start, tally, error, _closed_under_us(exc, attempt)
+
+
+def _closed_under_us(exc: Exception, attempt: SimpleNamespace) -> bool:
+    """A kept connection the server had closed before this request reached it: it failed on a
+    reused connection with no reply at all (aiohttp's own retry rule, which it applies to
+    idempotent methods only). A connection that could not be opened is never this."""
+    return (attempt.reused and not attempt.answered
+            and isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError))
+            and not isinstance(exc, aiohttp.ClientConnectorError))
 
 
 def _prompt_ids(prompt: str | list[int]) -> int:
@@ -354,23 +402,23 @@ def _prompt_ids(prompt: str | list[int]) -> int:
 
 
 async def _read_stream(
-    session: aiohttp.ClientSession, url: str, payload: dict, opts: StreamOptions, tally: _StreamTally
+    session: aiohttp.ClientSession, url: str, payload: dict, opts: StreamOptions, tally: _StreamTally,
+    attempt: SimpleNamespace,
 ) -> str:
     """Feed the response's events into tally; return an error text, or "" on success."""
     timeout = aiohttp.ClientTimeout(total=opts.timeout_s, sock_read=opts.stall_timeout_s)
-    async with session.post(url, json=payload, timeout=timeout) as response:
+    async with session.post(url, json=payload, timeout=timeout, trace_request_ctx=attempt) as response:
+        attempt.answered = True
         if response.status != 200:
             body = await response.text(errors="replace")
             return f"HTTP {response.status}: {body[:ERROR_BODY_CHARS]}"
         decoder = SseDataDecoder()
-        # Returning at [DONE] leaves the body's end unread, so aiohttp closes the connection and
-        # the next request opens a new one (inside its TTFT: ~0.2 ms on loopback). Reusing it is
-        # not safe yet: through the SSH port forward, a kept connection whose server died is not
-        # closed, and a request sent into it hangs (tests/e2e/test_ssh_sweep.py).
         async for data in response.content.iter_any():
             now = time.perf_counter()
             for payload_text in decoder.feed(data):
                 if payload_text == "[DONE]":
+                    tally.done_at = now
+                    await _read_to_end(response)
                     return tally.error
                 tally.add(json.loads(payload_text), now)
                 if tally.error:
@@ -379,6 +427,17 @@ async def _read_stream(
             if payload_text != "[DONE]":
                 tally.add(json.loads(payload_text), time.perf_counter())
     return tally.error
+
+
+async def _read_to_end(response: aiohttp.ClientResponse) -> None:
+    """Read the body's end (the last chunk of a chunked reply), so the connection goes back to the
+    pool; a body that does not end soon after [DONE] costs its connection, not the sample."""
+    if response.content.at_eof():
+        return
+    try:
+        await asyncio.wait_for(response.content.read(), DRAIN_S)
+    except Exception:
+        response.close()
 
 
 async def complete_once(

@@ -19,6 +19,7 @@ from sweeper.loadgen.client import (
     StreamOptions,
     complete,
     complete_once,
+    new_session,
     run_closed_loop,
     run_level,
     run_open_loop,
@@ -45,6 +46,7 @@ class Behaviour:
     stall_after: int | None = None  # after this many tokens, send nothing for stall_s
     stall_s: float = 5.0
     tokens_per_chunk: int = 1  # merge this many tokens into one chunk (SGLang under load)
+    close_kept: bool = False  # a request on a connection that already served one: close, no reply
 
 
 @dataclass
@@ -52,6 +54,7 @@ class ServerState:
     inflight: int = 0
     max_inflight: int = 0
     payloads: list[dict] = field(default_factory=list)
+    served_by_peer: dict = field(default_factory=dict)  # client (host, port) -> requests it sent
 
 
 class FakeCompletionServer:
@@ -89,6 +92,11 @@ class FakeCompletionServer:
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.state.payloads.append(body)
+        peer = request.transport.get_extra_info("peername")
+        self.state.served_by_peer[peer] = self.state.served_by_peer.get(peer, 0) + 1
+        if self.behaviour.close_kept and self.state.served_by_peer[peer] > 1:
+            request.transport.close()  # as llama-server: closes a connection it advertised as kept
+            raise asyncio.CancelledError
         self.state.inflight += 1
         self.state.max_inflight = max(self.state.max_inflight, self.state.inflight)
         try:
@@ -499,3 +507,39 @@ def test_open_loop_max_concurrency_caps_in_flight(serve):
 def test_open_loop_needs_one_send_time_per_prompt(serve):
     with pytest.raises(ValueError, match="2 prompts but 1 send times"):
         asyncio.run(run_open_loop("http://127.0.0.1:1", MODEL, [[200], [201]], 2, [0.0]))
+
+
+# ---------------------------------------------------------------- kept-alive connections
+
+
+def test_connections_are_kept_alive_across_requests(serve):
+    server = serve(token_delay_s=0.005)
+    samples, m = run_and_summarize(server, build_prompt_token_ids(12, 8, seed=20), 4, 3)
+    assert all(s.ok and s.reconnects == 0 for s in samples), samples
+    assert len(server.state.served_by_peer) == 3  # three connections carried all twelve requests
+    assert sum(server.state.served_by_peer.values()) == 12
+
+
+def test_a_kept_connection_the_server_closed_is_retried_once_on_a_fresh_one(serve):
+    server = serve(token_delay_s=0.01, close_kept=True)
+    samples, m = run_and_summarize(server, build_prompt_token_ids(10, 8, seed=21), 4, 2)
+    assert not any(r.startswith(("1 ", "2 ")) or "failed" in r for r in m["invalid_reasons"])
+    assert all(s.ok and s.output_tokens == 4 for s in samples)
+    assert [s.reconnects for s in samples[:2]] == [0, 0]  # the first two had fresh connections
+    retried = sum(s.reconnects for s in samples)
+    assert retried >= 2 and max(s.reconnects for s in samples) == 1  # once each, never twice
+    assert len(server.state.payloads) == 10 + retried  # each retry reached the server once more
+    closed_under_us = [n for n in server.state.served_by_peer.values() if n == 2]
+    assert len(closed_under_us) == retried and max(server.state.served_by_peer.values()) == 2
+
+
+def test_keep_alive_off_opens_a_connection_per_request(serve):
+    server = serve(token_delay_s=0.005)
+
+    async def run():
+        async with new_session(keep_alive=False) as session:
+            return await run_closed_loop(server.base_url, MODEL, build_prompt_token_ids(6, 8, seed=22), 4, 2,
+                                         session=session)
+
+    assert all(s.ok for s in asyncio.run(run()).samples)
+    assert len(server.state.served_by_peer) == 6
