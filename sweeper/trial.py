@@ -26,8 +26,9 @@ from sweeper.errors import InfraError
 from sweeper.garbage import garbage_reasons
 from sweeper.hosts.base import Host, ServerProcess, StopReport
 from sweeper.hosts.gate import check_gpus_before_launch, wait_gpus_released
-from sweeper.loadgen.client import LoadgenError, StreamOptions, complete, run_level
+from sweeper.loadgen.client import LoadgenError, StreamOptions, complete
 from sweeper.loadgen.metrics import combine_repeats, summarize_level
+from sweeper.loadgen.onhost import LoadPlace, controller_runner, load_place
 from sweeper.loadgen.workload import build_prompt_token_ids
 from sweeper.redact import redact_env
 from sweeper.space import excluded_by_rule, violated_constraints
@@ -210,9 +211,12 @@ def check_output(base_url: str, model: str, check: OutputCheck, reference: str |
 
 
 def run_ladder(base_url: str, model: str, workload: Workload, time_scale: float, trial_dir: Path,
-               on_level: Callable[[int, dict], Failure | None], still_alive: Callable[[], bool]) -> tuple[dict[int, dict], Failure | None]:
+               on_level: Callable[[int, dict], Failure | None], still_alive: Callable[[], bool],
+               place: LoadPlace | None = None) -> tuple[dict[int, dict], Failure | None]:
     """Each level: a warmup (not measured), then `repeats` runs with exactly C requests in flight
-    until their requests run out; the median repeat is kept, with the repeats' CV."""
+    until their requests run out; the median repeat is kept, with the repeats' CV. `place` says
+    where the client runs (loadgen/onhost.py); by default here, against base_url."""
+    place = place or LoadPlace("controller", controller_runner(base_url, model))
     levels: dict[int, dict] = {}
     samples_dir = trial_dir / "samples"
     samples_dir.mkdir(parents=True, exist_ok=True)
@@ -222,18 +226,19 @@ def run_ladder(base_url: str, model: str, workload: Workload, time_scale: float,
         warmup = build_prompt_token_ids(workload.warmup_rounds * concurrency, workload.input_len,
                                         seed=workload.seed + 10_000 + concurrency)
         if warmup:
-            run_level(base_url, model, warmup, workload.output_len, concurrency, options=options)
+            place.run(warmup, workload.output_len, concurrency, options)
         repeats = []
         for repeat in range(workload.repeats):  # fresh prompts each repeat: no prefix-cache hits
             prompts = build_prompt_token_ids(workload.requests_at(concurrency), workload.input_len,
                                              seed=workload.seed + concurrency + 100_000 * repeat)
-            run = run_level(base_url, model, prompts, workload.output_len, concurrency, options=options)
+            run = place.run(prompts, workload.output_len, concurrency, options)
             suffix = "" if repeat == 0 else f".r{repeat + 1}"  # c<C>.json stays the first repeat
             (samples_dir / f"c{concurrency}{suffix}.json").write_text(json.dumps([asdict(s) for s in run.samples]))
             repeats.append(summarize_level(run.samples, concurrency, run.duration_s, time_scale=time_scale,
                                            requested_output_len=workload.output_len, lag=run.lag,
                                            slo_ttft_ms=workload.slo_ttft_ms, slo_tpot_ms=workload.slo_tpot_ms))
         metrics = combine_repeats(repeats)
+        metrics["load_from"] = place.where
         levels[concurrency] = metrics
         if not still_alive():
             return levels, Failure("load", "crash_under_load", f"server died at concurrency {concurrency}")
@@ -305,9 +310,10 @@ def _serve_and_measure(ctx: TrialContext, outcome: TrialOutcome, timer: Callable
         outcome.failure = failure
         return
     with timer("load"):
+        place = load_place(ctx.host, ctx.host_spec.load_from, ctx.host_spec.transport, port, space.model)
         outcome.levels, outcome.failure = run_ladder(
             base_url, space.model, space.workload, ctx.engine.clock_scale(space), ctx.trial_dir,
-            ctx.on_level, lambda: ctx.host.is_alive(proc))
+            ctx.on_level, lambda: ctx.host.is_alive(proc), place)
     objective_level = outcome.levels.get(space.objective_level)
     if outcome.failure is None and objective_level is not None and not objective_level.get("valid"):
         # An invalid measurement never scores: recorded with its reasons, never ranked.

@@ -35,6 +35,8 @@ from sweeper.loadgen.lag import LagStats, LoopLagMonitor
 from sweeper.loadgen.sse import SseDataDecoder
 
 ERROR_BODY_CHARS = 200
+_decode_json = json.JSONDecoder().decode  # json.loads minus its per-call argument checks
+JSON_HEADERS = {"Content-Type": "application/json"}
 DRAIN_S = 1.0  # after [DONE], how long the body's end may take before the connection is dropped
 
 
@@ -91,12 +93,23 @@ class _StreamTally:
     _cumulative: int = 0  # last per-chunk cumulative completion_tokens seen
 
     def add(self, event: dict, now: float) -> None:
+        usage = event.get("usage")
+        choices = event.get("choices")
+        if choices and not usage and not event.get("error") and event.get("object") != "error":
+            choice = choices[0]
+            text = choice.get("text")
+            if text and text.__class__ is str and "token_ids" not in choice:
+                # Nearly every event: a completion chunk of text without usage, one token. The
+                # general path below gives the same; this one runs per token, so it is short.
+                self.chunk_times.append(now)
+                self.chunk_tokens.append(1 + self._held_tokens)
+                self._held_tokens = 0
+                return
         if event.get("error") or event.get("object") == "error":
             detail = json.dumps(event.get("error", event))
             self.error = f"error in stream: {detail[:ERROR_BODY_CHARS]}"
             return
-        usage = event.get("usage") or {}
-        choices = event.get("choices") or []
+        usage = usage or {}
         if choices:
             self._add_choice(choices[0], usage, now)
         if isinstance(usage.get("completion_tokens"), int):
@@ -166,6 +179,7 @@ class LevelRun:
     start: float
     end: float
     lag: LagStats
+    ran: dict = field(default_factory=dict)  # run on the host: its python, version, client module
 
     @property
     def duration_s(self) -> float:
@@ -343,12 +357,13 @@ async def _send_streaming(
         min_tokens=opts.min_tokens,
         continuous_usage=opts.continuous_usage,
     )
-    start, tally, error, stale = await _attempt(session, url, payload, opts)
+    body = json.dumps(payload).encode()  # before the clock starts: not the server's latency
+    start, tally, error, stale = await _attempt(session, url, body, opts)
     reconnects = 0
     if stale:  # once more, on a connection of its own: the pool may hold more the server closed
         reconnects = 1
         async with new_session(keep_alive=False) as fresh:
-            start, tally, error, _ = await _attempt(fresh, url, payload, opts)
+            start, tally, error, _ = await _attempt(fresh, url, body, opts)
     end = tally.done_at if tally.done_at is not None and not error else time.perf_counter()
     streamed = sum(tally.chunk_tokens)
     return RequestSample(
@@ -369,7 +384,7 @@ async def _send_streaming(
 
 
 async def _attempt(
-    session: aiohttp.ClientSession, url: str, payload: dict, opts: StreamOptions
+    session: aiohttp.ClientSession, url: str, body: bytes, opts: StreamOptions
 ) -> tuple[float, _StreamTally, str, bool]:
     """Send once: (start, tally, error text or "", whether it met a kept connection the server
     had closed)."""
@@ -377,7 +392,7 @@ async def _attempt(
     attempt = SimpleNamespace(reused=False, answered=False)
     start = time.perf_counter()
     try:
-        return start, tally, await _read_stream(session, url, payload, opts, tally, attempt), False
+        return start, tally, await _read_stream(session, url, body, opts, tally, attempt), False
     except aiohttp.ServerTimeoutError:  # sock_read: the only socket timeout set
         return start, tally, f"stalled: no data for {opts.stall_timeout_s:g} s", False
     except TimeoutError:
@@ -402,12 +417,13 @@ def _prompt_ids(prompt: str | list[int]) -> int:
 
 
 async def _read_stream(
-    session: aiohttp.ClientSession, url: str, payload: dict, opts: StreamOptions, tally: _StreamTally,
+    session: aiohttp.ClientSession, url: str, body: bytes, opts: StreamOptions, tally: _StreamTally,
     attempt: SimpleNamespace,
 ) -> str:
     """Feed the response's events into tally; return an error text, or "" on success."""
     timeout = aiohttp.ClientTimeout(total=opts.timeout_s, sock_read=opts.stall_timeout_s)
-    async with session.post(url, json=payload, timeout=timeout, trace_request_ctx=attempt) as response:
+    async with session.post(url, data=body, headers=JSON_HEADERS, timeout=timeout,
+                            trace_request_ctx=attempt) as response:
         attempt.answered = True
         if response.status != 200:
             body = await response.text(errors="replace")
@@ -420,7 +436,7 @@ async def _read_stream(
                     tally.done_at = now
                     await _read_to_end(response)
                     return tally.error
-                tally.add(json.loads(payload_text), now)
+                tally.add(_decode_json(payload_text), now)
                 if tally.error:
                     return tally.error
         for payload_text in decoder.flush():
