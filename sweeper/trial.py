@@ -225,8 +225,12 @@ def run_ladder(base_url: str, model: str, workload: Workload, time_scale: float,
     for concurrency in workload.concurrency:
         warmup = build_prompt_token_ids(workload.warmup_rounds * concurrency, workload.input_len,
                                         seed=workload.seed + 10_000 + concurrency)
-        if warmup:
-            place.run(warmup, workload.output_len, concurrency, options)
+        crashed = Failure("load", "crash_under_load", f"server died at concurrency {concurrency}")
+        # After a run with failed requests, a dead server ends the ladder at once: each further
+        # run would only fail too (and, loading from the host, start a python there first).
+        if warmup and not all(s.ok for s in place.run(warmup, workload.output_len, concurrency, options).samples) \
+                and not still_alive():
+            return levels, crashed
         repeats = []
         for repeat in range(workload.repeats):  # fresh prompts each repeat: no prefix-cache hits
             prompts = build_prompt_token_ids(workload.requests_at(concurrency), workload.input_len,
@@ -237,11 +241,13 @@ def run_ladder(base_url: str, model: str, workload: Workload, time_scale: float,
             repeats.append(summarize_level(run.samples, concurrency, run.duration_s, time_scale=time_scale,
                                            requested_output_len=workload.output_len, lag=run.lag,
                                            slo_ttft_ms=workload.slo_ttft_ms, slo_tpot_ms=workload.slo_tpot_ms))
+            if not all(s.ok for s in run.samples) and not still_alive():
+                break
         metrics = combine_repeats(repeats)
         metrics["load_from"] = place.where
         levels[concurrency] = metrics
         if not still_alive():
-            return levels, Failure("load", "crash_under_load", f"server died at concurrency {concurrency}")
+            return levels, crashed
         if verdict := on_level(concurrency, metrics):
             return levels, verdict
     return levels, None

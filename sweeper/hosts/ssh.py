@@ -329,12 +329,15 @@ class SSHHost:
         argv = (self.python_for_agent(), "-c", source)
         try:
             status, out, err = self._exec(transport, shlex.join(argv), stdin, timeout_s)
+            if status == -1:
+                raise EOFError("the channel closed without an exit status")
         except (paramiko.SSHException, EOFError, OSError) as exc:
             if _went_down(transport):
                 with self._lock:
                     if self._clients and self._clients[-1].get_transport() is transport:
-                        self._reconnect("the connection dropped during a load run on the host")
-                raise InfraError(f"host {self.name!r}: the connection dropped during a run on the host") from None
+                        self._reconnect("the connection dropped during a run on the host")
+                raise InfraError(f"host {self.name!r}: the connection dropped during a run on the host; "
+                                 "reconnected") from None
             raise InfraError(f"host {self.name!r}: a run on the host failed: {type(exc).__name__}: {exc}") from None
         return CommandResult(argv[:2] + ("<program>",), status, out.decode(errors="replace"),
                              err.decode(errors="replace"))

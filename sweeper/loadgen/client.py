@@ -26,7 +26,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Coroutine, TypeVar
 
 import aiohttp
 
@@ -35,6 +35,7 @@ from sweeper.loadgen.lag import LagStats, LoopLagMonitor
 from sweeper.loadgen.sse import SseDataDecoder
 
 ERROR_BODY_CHARS = 200
+T = TypeVar("T")
 _decode_json = json.JSONDecoder().decode  # json.loads minus its per-call argument checks
 JSON_HEADERS = {"Content-Type": "application/json"}
 DRAIN_S = 1.0  # after [DONE], how long the body's end may take before the connection is dropped
@@ -313,6 +314,27 @@ async def run_open_loop(
     return LevelRun(list(samples), wall_start, wall_end, lag.stats())
 
 
+def run_measured(coro: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run, on uvloop's event loop when uvloop is installed (SGLang and vLLM environments
+    have it): on one core it spent ~20% less CPU per streamed token at 20,000-25,000 tok/s and
+    kept one more level valid (bench/README.md); timing and accuracy were the same."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    run = getattr(uvloop, "run", None)  # uvloop >= 0.18
+    return run(coro) if run is not None else asyncio.run(coro)
+
+
+def event_loop_name() -> str:
+    """Which event loop run_measured uses here."""
+    try:
+        import uvloop
+    except ImportError:
+        return "asyncio"
+    return "uvloop" if hasattr(uvloop, "run") else "asyncio"
+
+
 def run_level(
     base_url: str,
     model: str,
@@ -325,7 +347,7 @@ def run_level(
     options: StreamOptions | None = None,
 ) -> LevelRun:
     """Blocking run_closed_loop for callers without an event loop (it makes its own session)."""
-    return asyncio.run(
+    return run_measured(
         run_closed_loop(
             base_url,
             model,

@@ -8,7 +8,6 @@ exactly what the controller would have measured had it run the level itself.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import platform
 import sys
@@ -16,15 +15,16 @@ from dataclasses import asdict
 from typing import IO
 
 from sweeper.loadgen import client
-from sweeper.loadgen.client import StreamOptions, run_closed_loop
+from sweeper.loadgen.client import StreamOptions, event_loop_name, run_closed_loop, run_measured
 
 
 def main(stdin: IO[bytes]) -> int:
     request = json.loads(stdin.read())
-    run = asyncio.run(run_closed_loop(
+    run = run_measured(run_closed_loop(
         request["url"], request["model"], request["prompts"], request["output_len"],
         request["concurrency"], options=StreamOptions(**request["options"])))
-    ran = {"python": sys.executable, "version": platform.python_version(), "client": client.__file__}
+    ran = {"python": sys.executable, "version": platform.python_version(), "client": client.__file__,
+           "loop": event_loop_name()}
     json.dump({"samples": [asdict(s) for s in run.samples], "start": run.start, "end": run.end,
                "lag": asdict(run.lag), "ran": ran}, sys.stdout)
     return 0
