@@ -26,7 +26,7 @@ from sweeper.errors import InfraError
 from sweeper.garbage import garbage_reasons
 from sweeper.hosts.base import Host, ServerProcess, StopReport
 from sweeper.hosts.gate import check_gpus_before_launch, wait_gpus_released
-from sweeper.loadgen.client import LoadgenError, StreamOptions, complete
+from sweeper.loadgen.client import LevelRun, LoadgenError, StreamOptions, complete
 from sweeper.loadgen.metrics import combine_repeats, summarize_level
 from sweeper.loadgen.onhost import LoadPlace, controller_runner, load_place
 from sweeper.loadgen.workload import build_prompt_token_ids
@@ -228,10 +228,11 @@ def run_ladder(base_url: str, model: str, workload: Workload, time_scale: float,
         crashed = Failure("load", "crash_under_load", f"server died at concurrency {concurrency}")
         # After a run with failed requests, a dead server ends the ladder at once: each further
         # run would only fail too (and, loading from the host, start a python there first).
-        if warmup and not all(s.ok for s in place.run(warmup, workload.output_len, concurrency, options).samples) \
-                and not still_alive():
-            return levels, crashed
-        repeats = []
+        if warmup:
+            warm = place.run(warmup, workload.output_len, concurrency, options)
+            if _any_failed(warm) and not still_alive():
+                return levels, crashed
+        repeats, dead = [], False
         for repeat in range(workload.repeats):  # fresh prompts each repeat: no prefix-cache hits
             prompts = build_prompt_token_ids(workload.requests_at(concurrency), workload.input_len,
                                              seed=workload.seed + concurrency + 100_000 * repeat)
@@ -241,16 +242,21 @@ def run_ladder(base_url: str, model: str, workload: Workload, time_scale: float,
             repeats.append(summarize_level(run.samples, concurrency, run.duration_s, time_scale=time_scale,
                                            requested_output_len=workload.output_len, lag=run.lag,
                                            slo_ttft_ms=workload.slo_ttft_ms, slo_tpot_ms=workload.slo_tpot_ms))
-            if not all(s.ok for s in run.samples) and not still_alive():
+            if _any_failed(run) and not still_alive():
+                dead = True
                 break
         metrics = combine_repeats(repeats)
         metrics["load_from"] = place.where
         levels[concurrency] = metrics
-        if not still_alive():
+        if dead or not still_alive():
             return levels, crashed
         if verdict := on_level(concurrency, metrics):
             return levels, verdict
     return levels, None
+
+
+def _any_failed(run: LevelRun) -> bool:
+    return not all(sample.ok for sample in run.samples)
 
 
 def stop(host: Host, proc: ServerProcess, port: int, grace_s: float) -> StopReport:
