@@ -37,7 +37,7 @@ try:
     for rel, text in modules.items():
         path = os.path.join(root, rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as out:
+        with open(path, "w", encoding="utf-8") as out:
             out.write(text)
     sys.path.insert(0, root)
     from sweeper.loadgen.hostmain import main
@@ -69,7 +69,7 @@ class PythonHost(Protocol):
 
 
 def build_bundle(root: Path = Path(__file__).resolve().parents[2]) -> dict[str, str]:
-    return {rel: (root / rel).read_text() for rel in SHIPPED}
+    return {rel: (root / rel).read_text(encoding="utf-8") for rel in SHIPPED}
 
 
 def build_host_stdin(bundle: dict[str, str], request: dict) -> bytes:
@@ -109,11 +109,10 @@ def parse_host_run(host: str, python: str, returncode: int, stdout: str, stderr:
 def host_runner(host: PythonHost, port: int, model: str) -> LevelRunner:
     """Runs each level on the host against the server's own port there (never the forward)."""
     bundle = build_bundle()
-    command = BOOTSTRAP
 
     def run(prompts: list, output_len: int, concurrency: int, options: StreamOptions) -> LevelRun:
         request = build_request(f"http://127.0.0.1:{port}", model, prompts, output_len, concurrency, options)
-        result = host.run_python(command, build_host_stdin(bundle, request),
+        result = host.run_python(BOOTSTRAP, build_host_stdin(bundle, request),
                                  run_timeout_s(len(prompts), concurrency, options))
         return parse_host_run(host.name, host.python(), result.returncode, result.stdout, result.stderr)
 
