@@ -92,6 +92,7 @@ class _StreamTally:
     done_at: float | None = None  # when [DONE] arrived (the body's end is read after it)
     _held_tokens: int = 0  # tokens of empty-text chunks not yet attributed
     _cumulative: int = 0  # last per-chunk cumulative completion_tokens seen
+    _text_length: int = 0  # /generate: length of the cumulative text so far
 
     def add(self, event: dict, now: float) -> None:
         usage = event.get("usage")
@@ -110,6 +111,9 @@ class _StreamTally:
             detail = json.dumps(event.get("error", event))
             self.error = f"error in stream: {detail[:ERROR_BODY_CHARS]}"
             return
+        if "meta_info" in event:
+            self._add_native(event, now)
+            return
         usage = usage or {}
         if choices:
             self._add_choice(choices[0], usage, now)
@@ -117,6 +121,29 @@ class _StreamTally:
             self.completion_tokens = usage["completion_tokens"]
         if isinstance(usage.get("prompt_tokens"), int):
             self.prompt_tokens = usage["prompt_tokens"]
+
+    def _add_native(self, event: dict, now: float) -> None:
+        """An SGLang /generate event: the text so far (cumulative, SGLang's default and what
+        bench_serving assumes) and meta_info's cumulative completion_tokens. An event that adds
+        no text holds its tokens for the next that does, as an empty OpenAI chunk does."""
+        meta = event.get("meta_info") or {}
+        total = meta.get("completion_tokens")
+        if isinstance(total, int):
+            tokens, self._cumulative = max(total - self._cumulative, 0), max(total, self._cumulative)
+            self.completion_tokens = total
+        else:
+            tokens = 1
+        if isinstance(meta.get("prompt_tokens"), int):
+            self.prompt_tokens = meta["prompt_tokens"]
+        text = event.get("text")
+        length = len(text) if isinstance(text, str) else 0
+        if length <= self._text_length:
+            self._held_tokens += tokens
+            return
+        self._text_length = length
+        self.chunk_times.append(now)
+        self.chunk_tokens.append(max(tokens + self._held_tokens, 1))
+        self._held_tokens = 0
 
     def _add_choice(self, choice: dict, usage: dict, now: float) -> None:
         tokens = self._tokens_in_event(choice, usage)
@@ -516,6 +543,10 @@ async def complete_once(
 def _parse_completion(body: str, status: int, url: str) -> CompletionResult:
     try:
         raw = json.loads(body)
+        if "meta_info" in raw:  # SGLang /generate
+            meta = raw["meta_info"] if isinstance(raw["meta_info"], dict) else {}
+            tokens = meta.get("completion_tokens")
+            return CompletionResult(str(raw["text"]), tokens if isinstance(tokens, int) else -1, raw)
         choice = raw["choices"][0]
         text = choice["message"]["content"] if "message" in choice else choice["text"]
     except (ValueError, KeyError, IndexError, TypeError) as exc:
@@ -541,8 +572,9 @@ def complete(
     timeout_s: float = 60.0,
     *,
     extra_body: dict | None = None,
+    api: Api = "completions",
 ) -> CompletionResult:
     """Blocking complete_once."""
     return asyncio.run(
-        complete_once(base_url, model, prompt, max_tokens, timeout_s, extra_body=extra_body)
+        complete_once(base_url, model, prompt, max_tokens, timeout_s, extra_body=extra_body, api=api)
     )

@@ -82,6 +82,7 @@ class FakeCompletionServer:
         app = web.Application()
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._completions)
+        app.router.add_post("/generate", self._generate)
         self.runner = web.AppRunner(app)
         await self.runner.setup()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -152,6 +153,33 @@ class FakeCompletionServer:
             await self._send(response, event)
         if b.send_usage:
             await self._send(response, {"choices": [], "usage": usage})
+        await self._send_raw(response, b"data: [DONE]\n\n")
+        return response
+
+    async def _generate(self, request: web.Request) -> web.StreamResponse:
+        """SGLang's native /generate: each event carries the text so far and meta_info with the
+        cumulative completion_tokens; a held-back token adds no text until the next one."""
+        body = await request.json()
+        self.state.payloads.append(body)
+        b = self.behaviour
+        params = body["sampling_params"]
+        prompt = body.get("input_ids") or body.get("text")
+        n = params["max_new_tokens"] if b.stop_after is None else min(b.stop_after, params["max_new_tokens"])
+        meta = {"prompt_tokens": len(prompt), "completion_tokens": 0, "finish_reason": None}
+        if not body.get("stream"):
+            await asyncio.sleep(b.token_delay_s * n)
+            return web.json_response({"text": b.token_text * n, "meta_info": meta | {"completion_tokens": n}})
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        shown = 0
+        for i in range(n):
+            await asyncio.sleep(b.token_delay_s)
+            held = b.hold_back_every and (i + 1) % b.hold_back_every == 0 and i < n - 1
+            shown = shown if held else i + 1
+            finish = {"type": "length"} if i == n - 1 else None
+            event = {"text": b.token_text * shown,
+                     "meta_info": meta | {"completion_tokens": i + 1, "finish_reason": finish}}
+            await self._send(response, event)
         await self._send_raw(response, b"data: [DONE]\n\n")
         return response
 
@@ -543,3 +571,37 @@ def test_keep_alive_off_opens_a_connection_per_request(serve):
 
     assert all(s.ok for s in asyncio.run(run()).samples)
     assert len(server.state.served_by_peer) == 6
+
+
+# ---------------------------------------------------------------- SGLang's native /generate
+
+
+def test_native_generate_stream_counts_tokens_from_meta_info(serve):
+    server = serve(token_delay_s=0.005, hold_back_every=3)
+    options = StreamOptions(api="generate", min_tokens=True)
+    samples, m = run_and_summarize(server, build_prompt_token_ids(2, 8, seed=30), 7, 2, options=options)
+    body = server.state.payloads[0]
+    assert set(body) == {"input_ids", "sampling_params", "stream"} and body["stream"] is True
+    assert body["sampling_params"] == {"max_new_tokens": 7, "temperature": 0, "ignore_eos": True,
+                                       "min_new_tokens": 7}
+    for s in samples:
+        assert s.ok and s.usage_reported and s.prompt_tokens == 8
+        assert s.chunk_tokens == [1, 1, 2, 1, 2]  # tokens 3 and 6 added no text: they came with 4 and 7
+        assert s.streamed_tokens == s.output_tokens == 7
+    assert m["completed"] == 2 and not any("usage" in r or "fewer" in r for r in m["invalid_reasons"])
+
+
+def test_native_generate_short_output_is_invalid(serve):
+    server = serve(token_delay_s=0.005, stop_after=3)
+    samples, m = run_and_summarize(server, build_prompt_texts(2, 8, seed=31), 6, 2,
+                                   options=StreamOptions(api="generate"))
+    assert "text" in server.state.payloads[0] and "input_ids" not in server.state.payloads[0]
+    assert all(s.output_tokens == 3 for s in samples)
+    assert not m["valid"] and any("fewer" in r or "short" in r for r in m["invalid_reasons"]), m["invalid_reasons"]
+
+
+def test_native_generate_complete_once(serve):
+    server = serve(token_delay_s=0.001)
+    result = complete(server.base_url, MODEL, "Hello", 4, api="generate")
+    assert result.text == "é " * 4 and result.completion_tokens == 4
+    assert server.state.payloads[0]["sampling_params"] == {"max_new_tokens": 4, "temperature": 0}
