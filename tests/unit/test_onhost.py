@@ -72,3 +72,15 @@ def test_the_bundle_is_the_clients_modules_and_nothing_that_needs_more_than_aioh
                                   "types", "typing", "aiohttp"}, line
             if line.startswith("from sweeper"):
                 assert line.split()[1].replace(".", "/") + ".py" in SHIPPED or line.split()[1] == "sweeper.loadgen", line
+
+
+def test_load_from_in_hosts_yaml_defaults_to_auto_and_names_a_bad_value(tmp_path):
+    from sweeper.config import ConfigError, load_hosts
+
+    path = tmp_path / "hosts.yaml"
+    path.write_text("hosts:\n  box:\n    transport: ssh\n    address: h\n")
+    assert load_hosts(path).hosts["box"].load_from == "auto"
+    path.write_text("hosts:\n  box:\n    transport: ssh\n    address: h\n    load_from: remote\n")
+    with pytest.raises(ConfigError, match=r"hosts.yaml:5: hosts.box.load_from: Input should be 'auto', "
+                                          r"'controller' or 'host' \(got 'remote'\)"):
+        load_hosts(path)
