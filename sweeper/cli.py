@@ -434,7 +434,7 @@ def load(
                                            help="At least this many requests per level (and at least 2 rounds of C)."),
     model: Optional[str] = typer.Option(None, "--model", help="Model name (default: the first of /v1/models)."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write one object per level (bench_serving key names)."),
-    api: str = typer.Option("completions", "--api", help="completions (token-id prompts) or chat (text prompts)."),
+    api: str = typer.Option("completions", "--api", help="completions (token-id prompts), chat (text prompts) or generate (SGLang's native /generate)."),
     engine: Optional[str] = typer.Option(None, "--engine", help="Send what this engine's server accepts (its endpoint and fields; replaces --api), e.g. transformers."),
     repeats: int = typer.Option(1, "--repeats", min=1, help="Measured runs per level; the median is kept."),
     request_rate: Optional[float] = typer.Option(None, "--request-rate", min=0.0,

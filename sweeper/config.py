@@ -45,6 +45,8 @@ class HostSpec(Strict):
     gpu_gate: Literal["auto", "on", "off"] = "auto"
     gpu_busy_mib: int = Field(1024, ge=0, description="a foreign process above this blocks a launch")
     gpu_release_timeout_s: float = Field(120.0, gt=0)
+    # where the load client runs (sweeper/loadgen/onhost.py): auto = on the host when its python has aiohttp
+    load_from: Literal["auto", "controller", "host"] = "auto"
 
     @model_validator(mode="after")
     def _ssh_needs_address(self) -> "HostSpec":

@@ -27,9 +27,10 @@ from sweeper.garbage import garbage_reasons
 from sweeper.hosts.base import Host, ServerProcess, StopReport
 from sweeper.hosts.gate import check_gpus_before_launch, wait_gpus_released
 from sweeper.hosts.gpu import GpuSnapshot
-from sweeper.loadgen.client import LoadgenError, StreamOptions, complete, fit_to_dialect, run_level
+from sweeper.loadgen.client import LevelRun, LoadgenError, StreamOptions, complete, fit_to_dialect
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.loadgen.metrics import combine_repeats, summarize_level
+from sweeper.loadgen.onhost import LoadPlace, controller_runner, load_place
 from sweeper.loadgen.workload import build_prompt_texts, build_prompt_token_ids
 from sweeper.redact import redact_env
 from sweeper.space import excluded_by_rule, violated_constraints
@@ -231,9 +232,12 @@ def build_level_prompts(n: int, input_len: int, seed: int, dialect: RequestDiale
 
 def run_ladder(base_url: str, model: str, workload: Workload, time_scale: float, trial_dir: Path,
                on_level: Callable[[int, dict], Failure | None], still_alive: Callable[[], bool],
-               dialect: RequestDialect = RequestDialect()) -> tuple[dict[int, dict], Failure | None]:
+               dialect: RequestDialect = RequestDialect(),
+               place: LoadPlace | None = None) -> tuple[dict[int, dict], Failure | None]:
     """Each level: a warmup (not measured), then `repeats` runs with exactly C requests in flight
-    until their requests run out; the median repeat is kept, with the repeats' CV."""
+    until their requests run out; the median repeat is kept, with the repeats' CV. `place` says
+    where the client runs (loadgen/onhost.py); by default here, against base_url."""
+    place = place or LoadPlace("controller", controller_runner(base_url, model))
     levels: dict[int, dict] = {}
     samples_dir = trial_dir / "samples"
     samples_dir.mkdir(parents=True, exist_ok=True)
@@ -241,25 +245,38 @@ def run_ladder(base_url: str, model: str, workload: Workload, time_scale: float,
     for concurrency in workload.concurrency:
         warmup = build_level_prompts(workload.warmup_rounds * concurrency, workload.input_len,
                                      workload.seed + 10_000 + concurrency, dialect)
+        crashed = Failure("load", "crash_under_load", f"server died at concurrency {concurrency}")
+        # After a run with failed requests, a dead server ends the ladder at once: each further
+        # run would only fail too (and, loading from the host, start a python there first).
         if warmup:
-            run_level(base_url, model, warmup, workload.output_len, concurrency, options=options)
-        repeats = []
+            warm = place.run(warmup, workload.output_len, concurrency, options)
+            if _any_failed(warm) and not still_alive():
+                return levels, crashed
+        repeats, dead = [], False
         for repeat in range(workload.repeats):  # fresh prompts each repeat: no prefix-cache hits
             prompts = build_level_prompts(workload.requests_at(concurrency), workload.input_len,
                                           workload.seed + concurrency + 100_000 * repeat, dialect)
-            run = run_level(base_url, model, prompts, workload.output_len, concurrency, options=options)
+            run = place.run(prompts, workload.output_len, concurrency, options)
             suffix = "" if repeat == 0 else f".r{repeat + 1}"  # c<C>.json stays the first repeat
             (samples_dir / f"c{concurrency}{suffix}.json").write_text(json.dumps([asdict(s) for s in run.samples]))
             repeats.append(summarize_level(run.samples, concurrency, run.duration_s, time_scale=time_scale,
                                            requested_output_len=workload.output_len, lag=run.lag,
                                            slo_ttft_ms=workload.slo_ttft_ms, slo_tpot_ms=workload.slo_tpot_ms))
+            if _any_failed(run) and not still_alive():
+                dead = True
+                break
         metrics = combine_repeats(repeats)
+        metrics["load_from"] = place.where
         levels[concurrency] = metrics
-        if not still_alive():
-            return levels, Failure("load", "crash_under_load", f"server died at concurrency {concurrency}")
+        if dead or not still_alive():
+            return levels, crashed
         if verdict := on_level(concurrency, metrics):
             return levels, verdict
     return levels, None
+
+
+def _any_failed(run: LevelRun) -> bool:
+    return not all(sample.ok for sample in run.samples)
 
 
 def stop(host: Host, proc: ServerProcess, port: int, grace_s: float) -> StopReport:
@@ -357,9 +374,10 @@ def _serve_and_measure(ctx: TrialContext, outcome: TrialOutcome, timer: Callable
         outcome.failure = failure
         return
     with timer("load"):
+        place = load_place(ctx.host, ctx.host_spec.load_from, ctx.host_spec.transport, port, model)
         outcome.levels, outcome.failure = run_ladder(
             base_url, model, space.workload, ctx.engine.clock_scale(space), ctx.trial_dir,
-            ctx.on_level, lambda: ctx.host.is_alive(proc), info.dialect)
+            ctx.on_level, lambda: ctx.host.is_alive(proc), info.dialect, place)
     objective_level = outcome.levels.get(space.objective_level)
     if outcome.failure is None and objective_level is not None and not objective_level.get("valid"):
         # An invalid measurement never scores: recorded with its reasons, never ranked.

@@ -2,7 +2,9 @@
 
 `completions` (/v1/completions) takes a text prompt or a list of token ids; `chat`
 (/v1/chat/completions) takes text only, wrapped in one user message (the server's chat template
-adds tokens, so the input length is what the server's usage reports, not what was drawn).
+adds tokens, so the input length is what the server's usage reports, not what was drawn);
+`generate` is SGLang's native /generate (`text` or `input_ids`, `sampling_params`; each streamed
+event carries the text so far and `meta_info` with the cumulative completion_tokens).
 """
 
 from __future__ import annotations
@@ -10,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Api = Literal["completions", "chat"]
-APIS: tuple[str, ...] = ("completions", "chat")
-_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+Api = Literal["completions", "chat", "generate"]
+APIS: tuple[str, ...] = ("completions", "chat", "generate")
+_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions", "generate": "/generate"}
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ def build_request_body(
     servers that refuse the field; and, with min_tokens, asks for at least max_tokens) so it runs
     to max_tokens, and asks for the usage report; with continuous_usage, for a cumulative usage in
     every chunk too (SGLang, vLLM)."""
+    if api == "generate":
+        return _native_body(prompt, max_tokens, stream=stream, min_tokens=min_tokens) | (extra_body or {})
     body: dict[str, Any] = {"model": model}
     if api == "chat":
         if not isinstance(prompt, str):
@@ -72,6 +76,18 @@ def build_request_body(
         if min_tokens:
             body["min_tokens"] = max_tokens
     return body | (extra_body or {})
+
+
+def _native_body(prompt: str | list[int], max_tokens: int, *, stream: bool, min_tokens: bool) -> dict[str, Any]:
+    """SGLang /generate: no model field; sampling_params as bench_serving's `sglang` backend sends
+    them (greedy; a streamed load request ignores EOS)."""
+    params: dict[str, Any] = {"max_new_tokens": max_tokens, "temperature": 0}
+    if stream:
+        params["ignore_eos"] = True
+        if min_tokens:
+            params["min_new_tokens"] = max_tokens
+    body: dict[str, Any] = {"input_ids": prompt} if isinstance(prompt, list) else {"text": prompt}
+    return body | {"sampling_params": params, "stream": stream}
 
 
 def choice_text(choice: dict) -> str:

@@ -72,6 +72,10 @@ def test_ssh_sweep_matches_a_local_run_in_form_and_keeps_secrets_out(ssh_cli, ss
     assert process["log_path"] == str(remote0 / "server.log")
     assert live_group_members(process["pgid"]) == []
 
+    # load_from: auto, and the host's python has aiohttp: every level ran on the host
+    measured = [json.loads(p.read_text())["levels"] for p in (cli.workdir / "results" / "r1" / "trials").glob("*/outcome.json")]
+    assert {level["load_from"] for levels in measured for level in levels.values()} == {"host"}
+
     # secrets of the host env: never in results, remote files, logs or the output
     places = [p for p in (cli.workdir / "results").rglob("*") if p.is_file()]
     places += [p for p in cli.remote_work.rglob("*") if p.is_file()]
