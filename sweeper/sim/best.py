@@ -43,25 +43,26 @@ def sim_config_of(space: Space, config: dict[str, Any]) -> SimConfig:
 
 
 def modelled_objective(space: Space, config: dict[str, Any]) -> float | None:
-    """The modelled objective of a config, or None when the simulator would fail it."""
+    """The modelled (first) objective of a config, or None when the simulator would fail it."""
     cfg = sim_config_of(space, config)
     if failure_of(cfg) is not None:
         return None
-    workload = space.workload
-    metrics = modelled_level_metrics(cfg, workload.input_len, workload.output_len, space.objective_level)
-    return _MODELLED[space.objective.metric](metrics)
+    workload, goal = space.workload, space.goals[0]  # the Pareto mode: its throughput objective
+    metrics = modelled_level_metrics(cfg, workload.input_len, workload.output_len, goal.level)
+    return _MODELLED[goal.metric](metrics)
 
 
 def best_config(space: Space) -> SimOptimum:
     if space.engine != "sim":
         raise UserError(f"space {space.name!r} uses engine {space.engine!r}; `sim best` needs engine: sim")
-    if space.objective.metric not in _MODELLED:
-        raise UserError(f"the simulator models {', '.join(_MODELLED)}, not {space.objective.metric}")
+    goal = space.goals[0]
+    if goal.metric not in _MODELLED:
+        raise UserError(f"the simulator models {', '.join(_MODELLED)}, not {goal.metric}")
     try:
         configs = list(enumerate_configs(space))
     except ValueError as exc:
         raise UserError(f"space {space.name!r} is not finite ({exc}); give every float a step") from None
-    sign = 1.0 if space.objective.direction == "maximize" else -1.0
+    sign = 1.0 if goal.direction == "maximize" else -1.0
     best: tuple[float, dict] | None = None
     feasible = 0
     for config in configs:
