@@ -43,7 +43,7 @@ def _front_table(study: optuna.Study, frame: pd.DataFrame, top: int) -> Table:
     first, second = objective_specs(study)
     on_front = int(frame["on_front"].sum()) if len(frame) else 0
     table = Table(title=f"{study.study_name}: Pareto front of {first.name} (higher is better) and "
-                        f"{second.name} (lower is better): {on_front} configs on the front of "
+                        f"{second.name} (lower is better): {on_front} config{'s' if on_front != 1 else ''} on the front of "
                         f"{len(study.get_trials(deepcopy=False))} trials")
     for name in ("#", "rank", "result"):
         table.add_column(name, justify="right" if name != "result" else "left")
