@@ -447,14 +447,14 @@ def sim_best(
         for name, value in result.config.items():
             table.add_row(name, str(value))
         console.print(table)
-        console.print(f"modelled {space.objective.metric} at C={space.objective_level}: "
+        console.print(f"modelled {space.goals[0].metric} at C={space.goals[0].level}: "
                       f"[bold]{result.value:.2f}[/]")
         if study:
             best = best_trial(load_study(study, results, storage))
             if best is None:
                 raise UserError(f"study {study!r} has no feasible trial yet")
             modelled = modelled_objective(space, best.params)
-            console.print(f"study {study}: best trial {best.number} measured {best.value:.2f}, modelled "
+            console.print(f"study {study}: best trial {best.number} measured {best.values[0]:.2f}, modelled "
                           f"{modelled:.2f} = {100 * modelled / result.value:.1f}% of the optimum")
 
 

@@ -15,13 +15,14 @@ from sweeper.ablation import summarize_pareto_finalists
 from sweeper.config import load_space, parse_space
 from sweeper.errors import ConfigError, UserError
 from sweeper.pareto import dominated_verdict, dominates, front_keys
-from sweeper.record import constraint_values, objective_values, outcome_attrs
+from sweeper.record import constraint_values, judge_level, objective_values, outcome_attrs
 from sweeper.results.export import build_export_frame, export_dtypes, write_export
 from sweeper.results.importance import build_param_importances
 from sweeper.results.leaderboard import best_trial, leaderboard_frame, pareto_trials
 from sweeper.results.ranking import ranked_frame
 from sweeper.results.report import build_report
 from sweeper.results.report_data import build_report_data
+from sweeper.study import _front_points
 from sweeper.trial import Failure, TrialOutcome
 
 BASE = """\
@@ -122,6 +123,12 @@ def test_abandon_by_dominance_only_with_the_latency_measured_and_the_throughput_
     assert dominated_verdict(off, {1: metrics(2.0, ttft=150.0)}, front) is None
 
 
+def test_in_the_pareto_mode_only_an_slo_stops_the_ladder_through_judge_level():
+    slo = parse_space(PARETO + "search: {abandon_below: 1.0}\nslo: {p99_ttft_ms: 1000}\n", "inline")
+    assert judge_level(slo, 1, metrics(0.1), incumbent=1e9) is None  # no single incumbent to compare with
+    assert judge_level(slo, 4, metrics(0.1, ttft=2000.0), incumbent=None).kind == "slo"
+
+
 def test_objective_values_are_both_goals_and_failures_get_the_worst_of_each():
     ok = TrialOutcome({}, levels={1: metrics(5.0, ttft=80.0), 16: metrics(30.0, ttft=900.0)}, launched=True)
     assert objective_values(SPACE, ok) == [30.0, 80.0]
@@ -165,6 +172,11 @@ def test_the_front_holds_feasible_non_dominated_trials_by_throughput(study):
     front = [t.number for t in pareto_trials(study)]
     assert front == [study.fast, study.middle, study.snappy]
     assert best_trial(study).number == study.fast  # the front's best throughput
+
+
+def test_abandon_compares_with_every_feasible_trial(study):
+    assert sorted(_front_points(study)) == [(study.fast, 40.0, 300.0), (study.snappy, 15.0, 90.0),
+                                            (study.middle, 30.0, 150.0), (study.dominated, 25.0, 200.0)]
 
 
 def test_leaderboard_and_exports_keep_both_values_and_rank_only_the_front(study, tmp_path):
