@@ -102,7 +102,7 @@ def build_pareto_section(data: ReportData) -> Section:
                   [[str(t), fmt(lat, 1), fmt(tok)] for t, lat, tok in data.pareto_front])
     which = "feasible configs (the study's two objectives)" if data.pareto_objectives else "ranked configs"
     text = (f"{len(data.pareto_front)} of {len(data.pareto_points)} {which} are on the front: no other "
-            f"has both a {latency} as low or lower and a {throughput} as high or higher, and one of them strictly.")
+            f"is at least as good on both ({latency} as low, {throughput} as high) and better on one.")
     return Section("pareto", f"Pareto front: {throughput} against {latency}", [text], [table],
                    figure="pareto")
 
