@@ -22,7 +22,7 @@ from sweeper.results.leaderboard import best_trial, leaderboard_frame, pareto_tr
 from sweeper.results.ranking import ranked_frame
 from sweeper.results.report import build_report
 from sweeper.results.report_data import build_report_data
-from sweeper.study import _front_points
+from sweeper.study import _copy_duplicate, _front_points
 from sweeper.trial import Failure, TrialOutcome
 
 BASE = """\
@@ -222,3 +222,16 @@ def test_finalists_of_the_front_get_both_cis_and_a_re_measured_front():
     assert rows["trial 1"]["on_front"] and rows["trial 2"]["on_front"]
     assert not rows["trial 3"]["on_front"]  # trial 1 beats it on both once re-measured
     assert rows["trial 4"]["failed"] == 1 and rows["trial 4"]["on_front"]  # one good run: its mean
+
+
+def test_a_duplicate_copies_both_values_and_the_constraints(study):
+    original = next(t for t in study.trials if t.number == study.middle)
+    crashed = next(t for t in study.trials if t.number == study.crashed)
+    study.optimize(lambda trial: _copy_duplicate(trial, original), n_trials=1)
+    study.optimize(lambda trial: _copy_duplicate(trial, crashed), n_trials=1)
+    copy, crash_copy = study.trials[-2:]
+    assert copy.values == [30.0, 150.0] and copy.user_attrs["duplicate_of"] == study.middle
+    assert copy.constraints == original.constraints
+    assert crash_copy.values == [0.0, 1e12] and crash_copy.constraints["config_fault"] == 1.0
+    assert study.middle in {t.number for t in pareto_trials(study)}
+    assert copy.number not in {t.number for t in pareto_trials(study)}  # duplicates stay off the front
