@@ -21,35 +21,19 @@ from pathlib import Path
 import optuna
 
 from sweeper.config import ObjectiveTerm, Space, load_space
-from sweeper.pareto import front_keys
 from sweeper.samplers import GridOrderSampler, build_sampler
-from sweeper.sim.best import sim_config_of
-from sweeper.sim.failures import failure_of
-from sweeper.sim.perf import modelled_level_metrics
+from sweeper.sim.best import modelled_front, modelled_pair
 from sweeper.space import config_key, enumerate_configs, excluded_by_rule, suggest_config, violated_constraints
 
 warnings.filterwarnings("ignore")
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-LATENCY = {"median_itl_ms": lambda m: m.itl_ms, "median_ttft_ms": lambda m: m.ttft_ms}
+LATENCY = ("median_itl_ms", "median_ttft_ms", "median_e2e_latency_ms")
 
 
 def pareto_space(space: Space, latency: str) -> Space:
     """The space with the Pareto pair instead of its single objective."""
     return space.model_copy(update={"objectives": [ObjectiveTerm(metric="output_throughput"),
                                                    ObjectiveTerm(metric=latency)]})
-
-
-def modelled_pair(space: Space, config: dict) -> tuple[float, float] | None:
-    """(tok/s at the throughput level, latency at the latency level), or None when it fails."""
-    if excluded_by_rule(space, config) or violated_constraints(space, config):
-        return None
-    cfg = sim_config_of(space, config)
-    if failure_of(cfg) is not None:
-        return None
-    throughput, latency = space.goals
-    w = space.workload
-    tok_s = modelled_level_metrics(cfg, w.input_len, w.output_len, throughput.level).output_throughput
-    return tok_s, LATENCY[latency.metric](modelled_level_metrics(cfg, w.input_len, w.output_len, latency.level))
 
 
 def hypervolume(points: list[tuple[float, float]], worst_latency: float) -> float:
@@ -78,8 +62,7 @@ def search(space: Space, sampler, cap: int, use_seeds: bool, worst: float, targe
         key = config_key(config)
         if key not in seen:
             pair = modelled_pair(space, config)
-            ruled = excluded_by_rule(space, config) or violated_constraints(space, config)
-            if not ruled:  # a launch: a real evaluation
+            if not (excluded_by_rule(space, config) or violated_constraints(space, config)):  # a launch
                 evaluations += 1
                 crashes += pair is None
             seen[key] = (*pair, 0.0) if pair else (0.0, 1e12, 1.0)
@@ -96,21 +79,20 @@ def search(space: Space, sampler, cap: int, use_seeds: bool, worst: float, targe
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("space", nargs="?", default="search_spaces/demo-sim.yaml")
-    parser.add_argument("--latency", choices=sorted(LATENCY), default="median_itl_ms")
+    parser.add_argument("--latency", choices=LATENCY, default="median_itl_ms")
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--cap", type=int, default=300, help="evaluations before a search gives up")
     parser.add_argument("--within", type=float, default=0.01)
     args = parser.parse_args()
     space = pareto_space(load_space(Path(args.space)), args.latency)
-    configs = list(enumerate_configs(space))
-    pairs = {config_key(c): p for c in configs if (p := modelled_pair(space, c)) is not None}
-    front = front_keys(pairs, (True, False))
-    worst = max(p[1] for p in pairs.values()) * 1.05
-    exact = hypervolume(list(pairs.values()), worst)
-    target = exact * (1 - args.within)
+    pairs = [p for c in enumerate_configs(space) if (p := modelled_pair(space, c)) is not None]
+    front, feasible, total = modelled_front(space)
+    worst = max(p[1] for p in pairs) * 1.05
+    target = hypervolume(pairs, worst) * (1 - args.within)
     names = " and ".join(g.name for g in space.goals)
-    print(f"{args.space}: {names}; {len(pairs)} feasible of {len(configs)} configs, {len(front)} on the exact "
-          f"front; target {1 - args.within:.0%} of its hypervolume; cap {args.cap}; {args.seeds} seeds")
+    points = len({(p.throughput, p.latency) for p in front})
+    print(f"{args.space}: {names}; {feasible} feasible of {total} configs; the exact front has {points} points "
+          f"({len(front)} configs); target {1 - args.within:.0%} of its hypervolume; cap {args.cap}; {args.seeds} seeds")
     strategies = {
         "grid": lambda seed: (GridOrderSampler(space), False),
         "random": lambda seed: (optuna.samplers.RandomSampler(seed=seed), False),

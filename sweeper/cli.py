@@ -435,11 +435,15 @@ def sim_best(
     storage: Optional[str] = STORAGE_OPT,
     results: Path = RESULTS_OPT,
 ) -> None:
-    """The simulator's exact optimum for a space, from its performance model."""
+    """The simulator's exact optimum for a space, from its performance model (with two
+    objectives: its exact Pareto front)."""
     from sweeper.sim.best import best_config, modelled_objective
 
     with user_errors():
         space = load_space(space_file)
+        if space.is_pareto:
+            _print_modelled_front(space)
+            return
         result = best_config(space)
         table = Table(title=f"simulator optimum of {space.name} ({result.feasible} feasible of {result.total} configs)")
         table.add_column("parameter")
@@ -456,6 +460,24 @@ def sim_best(
             modelled = modelled_objective(space, best.params)
             console.print(f"study {study}: best trial {best.number} measured {best.values[0]:.2f}, modelled "
                           f"{modelled:.2f} = {100 * modelled / result.value:.1f}% of the optimum")
+
+
+def _print_modelled_front(space: Space) -> None:
+    from sweeper.sim.best import modelled_front
+
+    front, feasible, total = modelled_front(space)
+    throughput, latency = space.goals
+    ties: dict[tuple[float, float], list] = {}  # levers the model ignores give equal points
+    for point in front:
+        ties.setdefault((point.throughput, point.latency), []).append(point)
+    table = Table(title=f"simulator's Pareto front of {space.name}: {len(ties)} points, {len(front)} of "
+                        f"{feasible} feasible configs ({total} in all)")
+    for column in (f"{throughput.name} (modelled)", f"{latency.name} (modelled)", "configs", "e.g."):
+        table.add_column(column, justify="left" if column == "e.g." else "right", overflow="fold")
+    for (tok_s, lat), points in ties.items():
+        table.add_row(f"{tok_s:.2f}", f"{lat:.2f}", str(len(points)),
+                      " ".join(f"{k}={v}" for k, v in points[0].config.items()))
+    console.print(table)
 
 
 @app.command()
