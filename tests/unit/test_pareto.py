@@ -18,7 +18,7 @@ from sweeper.pareto import dominated_verdict, dominates, front_keys
 from sweeper.record import constraint_values, judge_level, objective_values, outcome_attrs
 from sweeper.results.export import build_export_frame, export_dtypes, write_export
 from sweeper.results.importance import build_param_importances
-from sweeper.results.leaderboard import best_trial, leaderboard_frame, pareto_trials
+from sweeper.results.leaderboard import best_trial, pareto_trials
 from sweeper.results.ranking import ranked_frame
 from sweeper.results.report import build_report
 from sweeper.results.report_data import build_report_data
