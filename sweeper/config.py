@@ -352,7 +352,10 @@ def parse_space(text: str, source: str) -> Space:
 
 def space_fingerprint(space: Space) -> str:
     """A content hash of the validated space: formatting and comments do not change it."""
-    canonical = json.dumps(space.model_dump(mode="json"), sort_keys=True)
+    data = space.model_dump(mode="json")
+    if data.get("objectives") is None:  # keeps the hashes of studies made before the key existed
+        data.pop("objectives", None)
+    canonical = json.dumps(data, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from sweeper.ablation import summarize_pareto_finalists
-from sweeper.config import load_space, parse_space
+from sweeper.config import load_space, parse_space, space_fingerprint
 from sweeper.errors import ConfigError, UserError
 from sweeper.pareto import dominated_verdict, dominates, front_keys
 from sweeper.record import constraint_values, judge_level, objective_values, outcome_attrs
@@ -81,6 +81,18 @@ def test_a_bad_objectives_block_names_file_line_key_and_what_was_expected(tmp_pa
     error = config_error(BASE + "objectives:\n" + objectives, tmp_path)
     assert error.path == path and expected in error.detail, str(error)
     assert error.line is not None and str(error).startswith(f"{tmp_path / 'space.yaml'}:{error.line}: {path}: ")
+
+
+def test_the_key_leaves_the_fingerprints_of_older_one_objective_studies_as_they_were():
+    """A study stores its space's hash; resume refuses a space whose hash changed. Spaces without
+    `objectives` hash as before the key existed (hash of the dump without it)."""
+    import hashlib
+    import json
+
+    one = parse_space(BASE, "inline")
+    before = {k: v for k, v in one.model_dump(mode="json").items() if k != "objectives"}
+    assert space_fingerprint(one) == hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:16]
+    assert space_fingerprint(parse_space(PARETO, "inline")) != space_fingerprint(one)
 
 
 def test_objective_and_objectives_together_are_refused(tmp_path):
