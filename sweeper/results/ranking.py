@@ -68,7 +68,7 @@ def front_ranked_frame(study: optuna.Study, level: int | None = None, feasible_o
         return frame.assign(rank=pd.Series(dtype="Int64"), rank_level=pd.Series(dtype="int64"),
                             rank_value=pd.Series(dtype="float64"))
     front = frame["on_front"].astype(bool)
-    frame = frame.assign(rank_level=spec.level, rank_value=frame["objective"])
+    frame = frame.assign(rank_level=spec.level, rank_value=frame["objective"].where(front))
     frame["rank"] = pd.array([i + 1 if f else None for i, f in enumerate(front)], dtype="Int64")
     if feasible_only:
         frame = frame[front].reset_index(drop=True)

@@ -199,6 +199,7 @@ def test_leaderboard_and_exports_keep_both_values_and_rank_only_the_front(study,
     assert (row["objective"], row["objective_2"], bool(row["on_front"])) == (15.0, 90.0, True)
     others = frame.set_index("trial").loc[[study.dominated, study.crashed, study.dup, study.garbage]]
     assert not others["on_front"].any() and others["rank"].isna().all()
+    assert others["rank_value"].isna().all() and row["rank_value"] == 15.0  # only the front ranks
     assert list(ranked_frame(study, feasible_only=True)["trial"]) == [study.fast, study.middle, study.snappy]
     with pytest.raises(UserError, match="two objectives"):
         ranked_frame(study, level=4)
