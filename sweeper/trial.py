@@ -378,11 +378,12 @@ def _serve_and_measure(ctx: TrialContext, outcome: TrialOutcome, timer: Callable
         outcome.levels, outcome.failure = run_ladder(
             base_url, model, space.workload, ctx.engine.clock_scale(space), ctx.trial_dir,
             ctx.on_level, lambda: ctx.host.is_alive(proc), info.dialect, place)
-    objective_level = outcome.levels.get(space.objective_level)
-    if outcome.failure is None and objective_level is not None and not objective_level.get("valid"):
-        # An invalid measurement never scores: recorded with its reasons, never ranked.
-        reasons = "; ".join(objective_level.get("invalid_reasons") or ["invalid"])
-        outcome.failure = Failure("load", "invalid_measurement", reasons)
+    for goal_level in sorted({goal.level for goal in space.goals}):  # one level, or the Pareto pair's
+        measured = outcome.levels.get(goal_level)
+        if outcome.failure is None and measured is not None and not measured.get("valid"):
+            # An invalid measurement never scores: recorded with its reasons, never ranked.
+            reasons = "; ".join(measured.get("invalid_reasons") or ["invalid"])
+            outcome.failure = Failure("load", "invalid_measurement", reasons)
 
 
 @contextmanager

@@ -9,7 +9,11 @@ from typing import Any
 
 import optuna
 import pandas as pd
+from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
+
+from sweeper.errors import UserError
+from sweeper.pareto import front_keys
 
 # Per-level columns: (column suffix, metric key in the level's metrics)
 LEVEL_COLUMNS = (
@@ -59,20 +63,58 @@ def infeasible_reason(trial: FrozenTrial, reference: str | None) -> str | None:
 
 
 def is_feasible(trial: FrozenTrial, reference: str | None) -> bool:
-    return infeasible_reason(trial, reference) is None and trial.value is not None
+    return infeasible_reason(trial, reference) is None and trial.values is not None
+
+
+def is_pareto_study(study: optuna.Study) -> bool:
+    """A study of the two-objective mode (throughput up, latency down)."""
+    return len(study.directions) > 1
+
+
+def feasible_trials(study: optuna.Study) -> list[FrozenTrial]:
+    reference = study.user_attrs.get("reference_text")
+    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if is_feasible(t, reference)]
+
+
+def pareto_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """The Pareto front of the feasible trials (duplicates and failures never on it), best first
+    on the first objective, then trial number."""
+    maximize = [d == StudyDirection.MAXIMIZE for d in study.directions]
+    by_number = {t.number: t for t in feasible_trials(study)}
+    front = [by_number[n] for n in front_keys({n: t.values for n, t in by_number.items()}, maximize)]
+    sign = -1 if maximize[0] else 1
+    return sorted(front, key=lambda t: (sign * t.values[0], t.number))
 
 
 def best_trial(study: optuna.Study) -> FrozenTrial | None:
-    reference = study.user_attrs.get("reference_text")
-    feasible = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if is_feasible(t, reference)]
+    """The best feasible trial; in the Pareto mode the front's best on the first objective
+    (throughput): the front's other members trade it for latency."""
+    feasible = feasible_trials(study)
     if not feasible:
         return None
-    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    if is_pareto_study(study):
+        return pareto_trials(study)[0]
+    maximize = study.direction == StudyDirection.MAXIMIZE
     return (max if maximize else min)(feasible, key=lambda t: t.value)
 
 
-def trial_row(trial: FrozenTrial, params: list[str], levels: list[int], reference: str | None) -> dict[str, Any]:
+def chosen_trial(study: optuna.Study, number: int) -> FrozenTrial:
+    """A feasible trial picked by number (a front member for the Pareto mode's `best --trial`)."""
+    for trial in feasible_trials(study):
+        if trial.number == number:
+            return trial
+    raise UserError(f"--trial {number}: not a feasible trial of study {study.study_name!r}")
+
+
+def format_values(study: optuna.Study, trial: FrozenTrial) -> str:
+    """'metric@cN = value' for each of the trial's objectives."""
+    names = study.metric_names or [f"objective {i + 1}" for i in range(len(trial.values))]
+    return ", ".join(f"{name} = {value:.2f}" for name, value in zip(names, trial.values))
+
+
+def trial_row(trial: FrozenTrial, params: list[str], levels: list[int], reference: str | None,
+              on_front: bool | None = None) -> dict[str, Any]:
     attrs = trial.user_attrs
     reason = infeasible_reason(trial, reference)
     failure = attrs.get("failure") or {}
@@ -90,7 +132,11 @@ def trial_row(trial: FrozenTrial, params: list[str], levels: list[int], referenc
     config = {**trial.params, **json.loads(attrs.get("config_key") or "{}")}  # with derived values
     for name in params:
         row[f"param_{name}"] = config.get(name, "")
-    row["objective"] = trial.value if trial.value is not None and reason is None else math.nan
+    values = trial.values if trial.values is not None and reason is None else None
+    row["objective"] = values[0] if values else math.nan
+    if on_front is not None:  # the Pareto mode: the second objective, and whether it is on the front
+        row["objective_2"] = values[1] if values else math.nan
+        row["on_front"] = on_front
     level_metrics = attrs.get("levels", {})
     for level in levels:
         metrics = level_metrics.get(str(level), {})
@@ -105,15 +151,21 @@ def trial_row(trial: FrozenTrial, params: list[str], levels: list[int], referenc
 
 
 def leaderboard_frame(study: optuna.Study) -> pd.DataFrame:
-    """Every trial, one row each, best feasible first, then the rest by trial number."""
+    """Every trial, one row each, best feasible first, then the rest by trial number. In the
+    Pareto mode the front comes first (by the first objective), then the dominated feasible
+    trials, then the rest."""
     reference = study.user_attrs.get("reference_text")
     params, levels = parameter_names(study), concurrency_levels(study)
-    rows = [trial_row(t, params, levels, reference) for t in study.get_trials(deepcopy=False)]
+    pareto = is_pareto_study(study)
+    front = {t.number for t in pareto_trials(study)} if pareto else set()
+    rows = [trial_row(t, params, levels, reference, (t.number in front) if pareto else None)
+            for t in study.get_trials(deepcopy=False)]
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
-    ascending = study.direction != optuna.study.StudyDirection.MAXIMIZE
+    ascending = study.directions[0] != StudyDirection.MAXIMIZE
     frame["_rank_key"] = frame["objective"] if ascending else -frame["objective"]
-    frame = frame.sort_values(["feasible", "_rank_key", "trial"], ascending=[False, True, True],
+    frame["_front"] = frame["on_front"] if pareto else False
+    frame = frame.sort_values(["feasible", "_front", "_rank_key", "trial"], ascending=[False, False, True, True],
                               na_position="last")
-    return frame.drop(columns="_rank_key").reset_index(drop=True)
+    return frame.drop(columns=["_rank_key", "_front"]).reset_index(drop=True)
