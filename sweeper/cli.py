@@ -377,6 +377,7 @@ def validate(
         handle, connected = _open_new_study(Path(attrs["space_path"]), space, hosts, attrs["host_name"], name,
                                             results, storage, len(runs), "random", enqueue_seeds=False)
         handle.study.set_user_attr("reference_text", attrs.get("reference_text"))
+        handle.study.set_user_attr("reference_samples", attrs.get("reference_samples"))
         enqueue_runs(handle.study, runs)
         _with_progress(handle, connected, lambda events: run_queue(handle, connected, events))
         maximize = space.objective.direction == "maximize"

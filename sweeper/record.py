@@ -77,6 +77,7 @@ def outcome_attrs(outcome: TrialOutcome) -> dict[str, Any]:
         "levels": {str(level): metrics for level, metrics in outcome.levels.items()},
         "stage_seconds": outcome.stage_seconds,
         "output_text": outcome.output_text,
+        "output_samples": outcome.output_samples,
     }
     if outcome.failure:
         failure = asdict(outcome.failure)

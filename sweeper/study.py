@@ -20,7 +20,9 @@ from sweeper.engines import get_engine
 from sweeper.engines.flags import flag_problems, parse_help_flags
 from sweeper.errors import InfraError, UserError
 from sweeper.hosts import Host, ServerProcess
+from sweeper.correctness import OutputSample
 from sweeper.hosts.procfs import read_stat
+from sweeper.reference import reference_samples, settle_reference as settle, use_reference_file
 from sweeper.record import ABANDONED, constraint_values, judge_level, objective_value, outcome_attrs
 from sweeper.results.leaderboard import best_trial, is_evaluation, is_feasible
 from sweeper.results.provenance import engine_provenance
@@ -205,28 +207,18 @@ def reference_text(study: optuna.Study) -> str | None:
     return study.user_attrs.get("reference_text")
 
 
-def settle_reference(handle: StudyHandle, trial: optuna.Trial, output: str | None) -> None:
-    """The reference comes from the seed the space names, or else from two different configs that
-    agree, so a garbage first trial cannot become the reference."""
-    study = handle.study
-    if output is None or reference_text(study) is not None or handle.space.check.mode == "none":
-        return  # check.mode none: outputs are never compared, so no reference
-    named = study.user_attrs.get("reference_seed", handle.space.reference)
-    if named is not None and trial.user_attrs.get("seed") == named:
-        study.set_user_attr("reference_text", output)
-        study.set_user_attr("reference_source", f"seed {named} (trial {trial.number})")
-        return
-    for other in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if other.user_attrs.get("output_text") == output and other.user_attrs.get("config_key") != trial.user_attrs.get("config_key"):
-            study.set_user_attr("reference_text", output)
-            study.set_user_attr("reference_source", f"agreement of trials {other.number} and {trial.number}")
-            return
+def settle_reference(handle: StudyHandle, trial: optuna.Trial, samples: list[dict] | None) -> None:
+    """sweeper/reference.py: the named seed's outputs, or two agreeing configs', become the reference."""
+    settle(handle.study, handle.space, handle.dir, trial,
+           [OutputSample.from_dict(s) for s in samples] if samples else None)
 
 
 def make_objective(handle: StudyHandle, host: Host, events: SweepEvents) -> Callable[[optuna.Trial], float]:
     space, study = handle.space, handle.study
     engine = get_engine(space.engine)
     known_flags = installed_flags(study, space, host)
+    space_path = study.user_attrs.get("space_path")
+    use_reference_file(study, space, handle.dir, Path(space_path).parent if space_path else None)
 
     def objective(trial: optuna.Trial) -> float:
         config = suggest_config(trial, space)
@@ -255,7 +247,7 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents) -> Call
             return judge_level(space, level, metrics, _best_value(study))
 
         ctx = TrialContext(space=space, engine=engine, host=host, host_spec=handle.host_spec,
-                           trial_dir=trial_dir, reference_text=reference_text(study),
+                           trial_dir=trial_dir, reference_samples=reference_samples(study),
                            on_stage=on_stage, on_started=on_started, on_level=on_level,
                            known_servers=lambda: study_servers(study, handle.host_name),
                            known_flags=known_flags)
@@ -272,7 +264,7 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents) -> Call
             trial.set_user_attr(name, value)
         for name, value in constraint_values(outcome, space).items():
             trial.set_constraint(name, value)
-        settle_reference(handle, trial, outcome.output_text if outcome.ok else None)
+        settle_reference(handle, trial, outcome.output_samples if outcome.ok else None)
         value = objective_value(space, outcome)
         (trial_dir / "outcome.json").write_text(json.dumps(
             {"config": config, "value": value, **outcome_attrs(outcome)}, indent=2, default=str))

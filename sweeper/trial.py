@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import requests
 
@@ -23,7 +23,7 @@ from sweeper.config import HostSpec, Launch, OutputCheck, Space, Workload
 from sweeper.engines.base import Engine, EngineInfo, LaunchSpec, classify_log
 from sweeper.engines.flags import flag_problems
 from sweeper.errors import InfraError
-from sweeper.garbage import garbage_reasons
+from sweeper.correctness import GateError, OutputSample, collect_samples, judge, write_check_file
 from sweeper.hosts.base import Host, ServerProcess, StopReport
 from sweeper.hosts.gate import check_gpus_before_launch, wait_gpus_released
 from sweeper.loadgen.client import LoadgenError, StreamOptions, complete, run_level
@@ -33,12 +33,13 @@ from sweeper.redact import redact_env
 from sweeper.space import excluded_by_rule, violated_constraints
 
 LOG_TAIL_LINES = 40
+BAD_OUTPUT = "bad_output"  # the failure kind of a config whose greedy outputs fail the gate
 
 
 @dataclass(frozen=True)
 class Failure:
     stage: str  # preflight | launch | wait_ready | check_output | load | stop
-    kind: str  # constraint | crash | oom | cuda_graph_capture | garbage_output | timeout | hang | ...
+    kind: str  # constraint | crash | oom | cuda_graph_capture | bad_output | timeout | hang | ...
     message: str
     log_tail: str = ""
 
@@ -48,7 +49,8 @@ class TrialOutcome:
     config: dict[str, Any]
     failure: Failure | None = None
     levels: dict[int, dict] = field(default_factory=dict)
-    output_text: str | None = None
+    output_text: str | None = None  # the first check prompt's greedy answer
+    output_samples: list[dict] | None = None  # every check prompt's answer (correctness.OutputSample)
     stage_seconds: dict[str, float] = field(default_factory=dict)
     launched: bool = False
 
@@ -64,7 +66,8 @@ class TrialContext:
     host: Host
     host_spec: HostSpec
     trial_dir: Path
-    reference_text: str | None = None
+    reference_text: str | None = None  # unused since the correctness gate; kept for old callers
+    reference_samples: Sequence[OutputSample] | None = None  # the study's reference outputs
     on_stage: Callable[[str], None] = lambda stage: None
     on_started: Callable[[ServerProcess], None] = lambda proc: None
     # Judges each measured level; a Failure returned stops the ladder (SLO broken, abandoned).
@@ -192,21 +195,26 @@ def _get_status(url: str) -> int | None:
         return None
 
 
-def check_output(base_url: str, model: str, check: OutputCheck, reference: str | None) -> tuple[str, Failure | None]:
-    """A greedy completion of the fixed prompt, compared with the study's reference when it has one,
-    else judged by the garbage detector (so a garbage first trial can neither win nor set the reference)."""
+def check_output(base_url: str, model: str, check: OutputCheck, reference: Sequence[OutputSample] | None,
+                 trial_dir: Path) -> tuple[list[OutputSample], Failure | None]:
+    """Greedy completions of the check's prompt set, judged against the study's reference when it
+    has one, else by the garbage detector (so a garbage first trial can neither win nor set the
+    reference). The samples and the verdict are saved in the trial folder either way."""
     try:
-        text = complete(base_url, model, check.prompt, max_tokens=check.max_tokens, timeout_s=120.0).text
-    except LoadgenError as exc:
-        return "", Failure("check_output", "generation_error", str(exc))
-    if check.mode == "none":
-        return text, None  # a generation succeeded: all this mode asks
-    if reference is not None and text != reference:
-        return text, Failure("check_output", "garbage_output",
-                             f"greedy output differs from the reference: {text[:80]!r} vs {reference[:80]!r}")
-    if reference is None and check.mode == "auto" and (reasons := garbage_reasons(text)):
-        return text, Failure("check_output", "garbage_output", f"{'; '.join(reasons)}: {text[:80]!r}")
-    return text, None
+        samples = collect_samples(base_url, model, check)
+    except GateError as exc:
+        write_check_file(trial_dir, [], None, error=str(exc))
+        return [], Failure("check_output", "generation_error", str(exc))
+    if check.mode == "none" or (check.mode == "reference-only" and reference is None):
+        write_check_file(trial_dir, samples, None)
+        return samples, None  # a generation succeeded: all this mode asks
+    verdict = judge(samples, reference, check)
+    write_check_file(trial_dir, samples, verdict)
+    if verdict.passed:
+        return samples, None
+    return samples, Failure("check_output", BAD_OUTPUT,
+                            f"{'; '.join(verdict.reasons)} (compared with the {verdict.compared_with}; "
+                            "samples in output_check.json)")
 
 
 def run_ladder(base_url: str, model: str, workload: Workload, time_scale: float, trial_dir: Path,
@@ -300,7 +308,9 @@ def _serve_and_measure(ctx: TrialContext, outcome: TrialOutcome, timer: Callable
         outcome.failure = Failure("wait_ready", verdict.kind, verdict.message, verdict.log_tail)
         return
     with timer("check_output"):
-        outcome.output_text, failure = check_output(base_url, space.model, space.check, ctx.reference_text)
+        samples, failure = check_output(base_url, space.model, space.check, ctx.reference_samples, ctx.trial_dir)
+        outcome.output_samples = [asdict(s) for s in samples]
+        outcome.output_text = samples[0].text if samples else None
     if failure:
         outcome.failure = failure
         return

@@ -53,8 +53,11 @@ def infeasible_reason(trial: FrozenTrial, reference: str | None) -> str | None:
         return f"{failure['stage']}/{failure['kind']}"
     if any(v > 0 for v in (trial.constraints or {}).values()):
         return "constraint"
-    if reference is not None and attrs.get("output_text") not in (None, reference):
-        return "check_output/garbage_output"  # measured before the reference was settled
+    if attrs.get("output_rejected"):
+        return "check_output/bad_output"  # measured before the reference was settled, then judged
+    if (reference is not None and attrs.get("output_samples") is None
+            and attrs.get("output_text") not in (None, reference)):
+        return "check_output/bad_output"  # a study from before the tolerant gate: exact text
     return None
 
 
@@ -76,7 +79,7 @@ def trial_row(trial: FrozenTrial, params: list[str], levels: list[int], referenc
     attrs = trial.user_attrs
     reason = infeasible_reason(trial, reference)
     failure = attrs.get("failure") or {}
-    kind = failure.get("kind") or ("garbage_output" if reason == "check_output/garbage_output" else "")
+    kind = failure.get("kind") or ("bad_output" if reason == "check_output/bad_output" else "")
     row: dict[str, Any] = {
         "trial": trial.number,
         "state": trial.state.name,
