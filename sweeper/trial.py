@@ -26,7 +26,7 @@ from sweeper.errors import InfraError
 from sweeper.correctness import GateError, OutputSample, collect_samples, judge, write_check_file
 from sweeper.hosts.base import Host, ServerProcess, StopReport
 from sweeper.hosts.gate import check_gpus_before_launch, wait_gpus_released
-from sweeper.loadgen.client import LoadgenError, StreamOptions, complete, run_level
+from sweeper.loadgen.client import STALLED, LoadgenError, StreamOptions, complete, is_stalled, run_level
 from sweeper.loadgen.metrics import combine_repeats, summarize_level
 from sweeper.loadgen.workload import build_prompt_token_ids
 from sweeper.redact import redact_env
@@ -218,19 +218,26 @@ def check_output(base_url: str, model: str, check: OutputCheck, reference: Seque
 
 
 def run_ladder(base_url: str, model: str, workload: Workload, time_scale: float, trial_dir: Path,
-               on_level: Callable[[int, dict], Failure | None], still_alive: Callable[[], bool]) -> tuple[dict[int, dict], Failure | None]:
+               on_level: Callable[[int, dict], Failure | None], still_alive: Callable[[], bool],
+               stall_timeout_s: float | None = None) -> tuple[dict[int, dict], Failure | None]:
     """Each level: a warmup (not measured), then `repeats` runs with exactly C requests in flight
-    until their requests run out; the median repeat is kept, with the repeats' CV."""
+    until their requests run out; the median repeat is kept, with the repeats' CV.
+    Watchdog: a request that gets no byte for the stall timeout (workload.stall_timeout_s, else
+    `stall_timeout_s`) while the server lives is a hang (an NCCL collective stuck mid-load): the
+    level stops sending and the trial ends with kind `hang` instead of waiting forever."""
     levels: dict[int, dict] = {}
     samples_dir = trial_dir / "samples"
     samples_dir.mkdir(parents=True, exist_ok=True)
-    options = StreamOptions(timeout_s=workload.request_timeout_s, stall_timeout_s=workload.stall_timeout_s,
+    stall_s = workload.stall_timeout_s or stall_timeout_s
+    options = StreamOptions(timeout_s=workload.request_timeout_s, stall_timeout_s=stall_s,
                             min_tokens=workload.min_tokens, continuous_usage=workload.continuous_usage_stats)
     for concurrency in workload.concurrency:
         warmup = build_prompt_token_ids(workload.warmup_rounds * concurrency, workload.input_len,
                                         seed=workload.seed + 10_000 + concurrency)
         if warmup:
-            run_level(base_url, model, warmup, workload.output_len, concurrency, options=options)
+            run = run_level(base_url, model, warmup, workload.output_len, concurrency, options=options)
+            if hang := _hang_of(run.samples, concurrency, "warmup", still_alive):
+                return levels, hang
         repeats = []
         for repeat in range(workload.repeats):  # fresh prompts each repeat: no prefix-cache hits
             prompts = build_prompt_token_ids(workload.requests_at(concurrency), workload.input_len,
@@ -238,6 +245,8 @@ def run_ladder(base_url: str, model: str, workload: Workload, time_scale: float,
             run = run_level(base_url, model, prompts, workload.output_len, concurrency, options=options)
             suffix = "" if repeat == 0 else f".r{repeat + 1}"  # c<C>.json stays the first repeat
             (samples_dir / f"c{concurrency}{suffix}.json").write_text(json.dumps([asdict(s) for s in run.samples]))
+            if hang := _hang_of(run.samples, concurrency, "measured run", still_alive):
+                return levels, hang
             repeats.append(summarize_level(run.samples, concurrency, run.duration_s, time_scale=time_scale,
                                            requested_output_len=workload.output_len, lag=run.lag,
                                            slo_ttft_ms=workload.slo_ttft_ms, slo_tpot_ms=workload.slo_tpot_ms))
@@ -248,6 +257,19 @@ def run_ladder(base_url: str, model: str, workload: Workload, time_scale: float,
         if verdict := on_level(concurrency, metrics):
             return levels, verdict
     return levels, None
+
+
+def _hang_of(samples: Sequence, concurrency: int, what: str, still_alive: Callable[[], bool]) -> Failure | None:
+    """The failure of a level whose requests stalled while the server stayed up, or None."""
+    stalled = [s for s in samples if is_stalled(s)]
+    if not stalled:
+        return None
+    if not still_alive():
+        return Failure("load", "crash_under_load", f"server died at concurrency {concurrency} ({what})")
+    tokens = sum(s.streamed_tokens for s in stalled)
+    return Failure("load", "hang", f"{len(stalled)} request(s) at concurrency {concurrency} ({what}) "
+                   f"{stalled[0].error.removeprefix(STALLED).strip()} after {tokens} token(s) in all, "
+                   "with the server still up: hung mid-load")
 
 
 def stop(host: Host, proc: ServerProcess, port: int, grace_s: float) -> StopReport:
@@ -317,7 +339,7 @@ def _serve_and_measure(ctx: TrialContext, outcome: TrialOutcome, timer: Callable
     with timer("load"):
         outcome.levels, outcome.failure = run_ladder(
             base_url, space.model, space.workload, ctx.engine.clock_scale(space), ctx.trial_dir,
-            ctx.on_level, lambda: ctx.host.is_alive(proc))
+            ctx.on_level, lambda: ctx.host.is_alive(proc), stall_timeout_s=space.launch.stall_timeout_s)
     objective_level = outcome.levels.get(space.objective_level)
     if outcome.failure is None and objective_level is not None and not objective_level.get("valid"):
         # An invalid measurement never scores: recorded with its reasons, never ranked.

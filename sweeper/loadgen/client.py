@@ -160,6 +160,13 @@ class LevelRun:
         return self.end - self.start
 
 
+STALLED = "stalled:"  # how the error of a request that got no byte for stall_timeout_s begins
+
+
+def is_stalled(sample: RequestSample) -> bool:
+    return bool(sample.error) and sample.error.startswith(STALLED)
+
+
 def new_session() -> aiohttp.ClientSession:
     # limit=0: aiohttp's default pool of 100 (and any smaller cap) would silently bound concurrency.
     # force_close: one connection per request, always (see _read_stream). Without it a response read
@@ -215,10 +222,15 @@ async def run_closed_loop(
     url = endpoint_url(base_url, opts.api)
     samples: list[RequestSample | None] = [None] * len(prompts)
     queue = iter(enumerate(prompts))  # shared by the workers: each takes the next prompt when free
+    stalled = False  # a stalled request means a hung server: send no more (the level is lost anyway)
 
     async def worker(client: aiohttp.ClientSession) -> None:
+        nonlocal stalled
         for index, prompt in queue:
+            if stalled:
+                return
             samples[index] = await _send_streaming(client, url, model, prompt, output_len, opts)
+            stalled = stalled or is_stalled(samples[index])
 
     client = session or new_session()
     try:
@@ -325,7 +337,7 @@ async def _send_streaming(
     try:
         error = await _read_stream(session, url, payload, opts, tally)
     except aiohttp.ServerTimeoutError:  # sock_read: the only socket timeout set
-        error = f"stalled: no data for {opts.stall_timeout_s:g} s"
+        error = f"{STALLED} no data for {opts.stall_timeout_s:g} s"
     except TimeoutError:
         error = f"timeout after {opts.timeout_s:g} s"
     except Exception as exc:  # a bad server must cost one sample, never the whole level
