@@ -29,7 +29,6 @@ from sweeper.config import OutputCheck
 from sweeper.errors import ConfigError
 from sweeper.garbage import garbage_reasons
 
-REQUEST_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -66,9 +65,11 @@ class GateError(Exception):
 
 # ---------------------------------------------------------------- collecting (HTTP)
 
-def _post(url: str, body: dict) -> dict:
+def _post(url: str, body: dict, timeout_s: float) -> dict:
     try:
-        response = requests.post(url, json=body, timeout=REQUEST_TIMEOUT_S)
+        response = requests.post(url, json=body, timeout=timeout_s)
+    except requests.Timeout:
+        raise GateTimeout(f"no answer from {url} within {timeout_s:g} s") from None
     except requests.RequestException as exc:
         raise GateError(f"request to {url} failed: {exc}") from None
     if response.status_code != 200:
@@ -77,6 +78,10 @@ def _post(url: str, body: dict) -> dict:
         return response.json()
     except ValueError:
         raise GateError(f"{url} answered non-JSON: {response.text[:200]!r}") from None
+
+
+class GateTimeout(GateError):
+    """A gate request got no answer in time: on a live server, a hang."""
 
 
 def _choice(reply: dict, url: str) -> dict:
@@ -102,7 +107,7 @@ def _prompt_logprobs(reply: dict) -> list[float] | None:
     return kept or None
 
 
-def collect_samples(base_url: str, model: str, check: OutputCheck) -> list[OutputSample]:
+def collect_samples(base_url: str, model: str, check: OutputCheck, timeout_s: float = 120.0) -> list[OutputSample]:
     """Greedy completions of every prompt of `check`, with tokens when the engine gives logprobs,
     and prompt logprobs (a second, 1-token echo request) where it supports them. An engine that
     refuses `logprobs` or `echo` (HTTP 4xx) is asked again without."""
@@ -116,13 +121,13 @@ def collect_samples(base_url: str, model: str, check: OutputCheck) -> list[Outpu
         reply = None
         if with_logprobs:
             try:
-                reply = _post(url, {**body, "logprobs": 1})
+                reply = _post(url, {**body, "logprobs": 1}, timeout_s)
             except GateError as exc:
                 if exc.status is None or not 400 <= exc.status < 500:
                     raise
                 with_logprobs = False  # the engine does not do logprobs: compare words
         if reply is None:
-            reply = _post(url, body)
+            reply = _post(url, body, timeout_s)
         choice = _choice(reply, url)
         text = choice.get("text")
         if not isinstance(text, str):
@@ -131,7 +136,9 @@ def collect_samples(base_url: str, model: str, check: OutputCheck) -> list[Outpu
         if with_logprobs:
             try:
                 prompt_logprobs = _prompt_logprobs(_post(url, {**body, "max_tokens": 1, "echo": True,
-                                                                "logprobs": 1}))
+                                                                "logprobs": 1}, timeout_s))
+            except GateTimeout:
+                raise
             except GateError:
                 prompt_logprobs = None  # no echo support: the token comparison alone decides
         samples.append(OutputSample(prompt, text, _tokens_of(choice) if with_logprobs else None, prompt_logprobs))

@@ -23,7 +23,7 @@ from sweeper.config import HostSpec, Launch, OutputCheck, Space, Workload
 from sweeper.engines.base import Engine, EngineInfo, LaunchSpec, classify_log
 from sweeper.engines.flags import flag_problems
 from sweeper.errors import InfraError
-from sweeper.correctness import GateError, OutputSample, collect_samples, judge, write_check_file
+from sweeper.correctness import GateError, GateTimeout, OutputSample, collect_samples, judge, write_check_file
 from sweeper.hosts.base import Host, ServerProcess, StopReport
 from sweeper.hosts.gate import check_gpus_before_launch, wait_gpus_released
 from sweeper.loadgen.client import STALLED, LoadgenError, StreamOptions, complete, is_stalled, run_level
@@ -196,15 +196,17 @@ def _get_status(url: str) -> int | None:
 
 
 def check_output(base_url: str, model: str, check: OutputCheck, reference: Sequence[OutputSample] | None,
-                 trial_dir: Path) -> tuple[list[OutputSample], Failure | None]:
+                 trial_dir: Path, timeout_s: float = 120.0) -> tuple[list[OutputSample], Failure | None]:
     """Greedy completions of the check's prompt set, judged against the study's reference when it
     has one, else by the garbage detector (so a garbage first trial can neither win nor set the
-    reference). The samples and the verdict are saved in the trial folder either way."""
+    reference). The samples and the verdict are saved in the trial folder either way. A request
+    unanswered within `timeout_s` is a hang (the server was ready a moment ago)."""
     try:
-        samples = collect_samples(base_url, model, check)
+        samples = collect_samples(base_url, model, check, timeout_s)
     except GateError as exc:
         write_check_file(trial_dir, [], None, error=str(exc))
-        return [], Failure("check_output", "generation_error", str(exc))
+        kind = "hang" if isinstance(exc, GateTimeout) else "generation_error"
+        return [], Failure("check_output", kind, str(exc))
     if check.mode == "none" or (check.mode == "reference-only" and reference is None):
         write_check_file(trial_dir, samples, None)
         return samples, None  # a generation succeeded: all this mode asks
@@ -330,7 +332,8 @@ def _serve_and_measure(ctx: TrialContext, outcome: TrialOutcome, timer: Callable
         outcome.failure = Failure("wait_ready", verdict.kind, verdict.message, verdict.log_tail)
         return
     with timer("check_output"):
-        samples, failure = check_output(base_url, space.model, space.check, ctx.reference_samples, ctx.trial_dir)
+        samples, failure = check_output(base_url, space.model, space.check, ctx.reference_samples, ctx.trial_dir,
+                                        timeout_s=space.workload.stall_timeout_s or space.launch.stall_timeout_s)
         outcome.output_samples = [asdict(s) for s in samples]
         outcome.output_text = samples[0].text if samples else None
     if failure:
