@@ -256,7 +256,7 @@ class OutputCheck(Strict):
 
 class Space(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    engine: Literal["sim", "sglang", "llamacpp"]
+    engine: Literal["sim", "sglang", "llamacpp", "vllm"]
     model: str
     description: str = ""
     fixed_flags: dict[str, Scalar] = {}

@@ -351,7 +351,8 @@ def installed_flags(study: optuna.Study, space: Space, host: Host) -> dict[str, 
         raise UserError(f"cannot read the engine's flags on {host.name}: {result.describe()}")
     flags = parse_help_flags(result.stdout)
     fixed = get_engine(space.engine).build_launch_spec(space, {}, HostSpec(transport="local"), 1, python)
-    if problems := flag_problems(fixed.argv, flags, short=getattr(engine, "checks_short_flags", False)):
+    if problems := flag_problems(fixed.argv, flags, getattr(engine, "checks_short_flags", False),
+                                 getattr(engine, "flag_family", None)):
         raise UserError(f"the space's fixed flags do not fit {key}: {'; '.join(problems)}")
     study.set_user_attr("engine_flags", {"key": key, "flags": flags})
     study.set_user_attr("engine_version", version_text)

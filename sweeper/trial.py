@@ -299,7 +299,8 @@ def run_trial(ctx: TrialContext, config: Mapping[str, Any]) -> TrialOutcome:
     port = port_or_failure
     spec = ctx.engine.build_launch_spec(space, config, ctx.host_spec, port, ctx.host.python())
     short = getattr(ctx.engine, "checks_short_flags", False)
-    if ctx.known_flags is not None and (problems := flag_problems(spec.argv, ctx.known_flags, short=short)):
+    family = getattr(ctx.engine, "flag_family", None)
+    if ctx.known_flags is not None and (problems := flag_problems(spec.argv, ctx.known_flags, short, family)):
         outcome.failure = Failure("preflight", "unsupported_flag", "; ".join(problems))
         return outcome
     ctx.host.take_disruption()  # only a connection drop during this trial makes it an infra fault

@@ -64,6 +64,7 @@ class SGLangEngine:
     info = SGLANG_INFO
     module = "sglang.launch_server"
     distribution = "sglang"  # the package whose version the flag table is cached under
+    flag_family = "sglang"  # whose flag history (versions.py) explains a refused flag
 
     def help_argv(self, python: str) -> list[str]:
         return [python, "-m", self.module, "--help"]
