@@ -55,7 +55,9 @@ def settle_reference(study: optuna.Study, space: Space, study_dir: Path, trial: 
         key = trial.user_attrs.get("config_key")
         for other in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             others = other.user_attrs.get("output_samples")
-            if (others and "failure" not in other.user_attrs and other.user_attrs.get("config_key") != key
+            failed_at = (other.user_attrs.get("failure") or {}).get("stage")
+            if (others and failed_at not in ("preflight", "launch", "wait_ready", "check_output")
+                    and other.user_attrs.get("config_key") != key
                     and agree([OutputSample.from_dict(s) for s in others], samples, space.check)):
                 source = f"agreement of trials {other.number} and {trial.number}"
                 break
@@ -65,17 +67,18 @@ def settle_reference(study: optuna.Study, space: Space, study_dir: Path, trial: 
     reject_earlier(study, space, samples, trial.number)
 
 
-def reject_earlier(study: optuna.Study, space: Space, reference: Sequence[OutputSample], settled_by: int) -> list[int]:
-    """Trials that passed only the garbage detector and disagree with the new reference are marked
-    `output_rejected` (the leaderboard then ranks them out). Returns their numbers."""
-    rejected = []
+def reject_earlier(study: optuna.Study, space: Space, reference: Sequence[OutputSample], settled_by: int) -> dict[str, str]:
+    """Trials that passed only the garbage detector and disagree with the new reference, kept as
+    the study's `output_rejected` (trial number -> why): the leaderboard ranks them out. A finished
+    trial's own attrs cannot change, hence the study attr."""
+    rejected = dict(study.user_attrs.get("output_rejected") or {})
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         stored = t.user_attrs.get("output_samples")
         if t.number == settled_by or not stored or "failure" in t.user_attrs:
             continue
         verdict = judge([OutputSample.from_dict(s) for s in stored], reference, space.check)
         if not verdict.passed:
-            # Optuna has no public setter for a finished trial's attrs; the storage API is stable.
-            study._storage.set_trial_user_attr(t._trial_id, "output_rejected", "; ".join(verdict.reasons))
-            rejected.append(t.number)
+            rejected[str(t.number)] = "; ".join(verdict.reasons)
+    if rejected:
+        study.set_user_attr("output_rejected", rejected)
     return rejected

@@ -207,6 +207,12 @@ def reference_text(study: optuna.Study) -> str | None:
     return study.user_attrs.get("reference_text")
 
 
+def passed_gate(outcome) -> bool:
+    """The trial's outputs passed the correctness gate (a later load or stop failure does not make
+    them wrong: they can still be the reference)."""
+    return bool(outcome.output_samples) and (outcome.failure is None or outcome.failure.stage in ("load", "stop"))
+
+
 def settle_reference(handle: StudyHandle, trial: optuna.Trial, samples: list[dict] | None) -> None:
     """sweeper/reference.py: the named seed's outputs, or two agreeing configs', become the reference."""
     settle(handle.study, handle.space, handle.dir, trial,
@@ -264,7 +270,7 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents) -> Call
             trial.set_user_attr(name, value)
         for name, value in constraint_values(outcome, space).items():
             trial.set_constraint(name, value)
-        settle_reference(handle, trial, outcome.output_samples if outcome.ok else None)
+        settle_reference(handle, trial, outcome.output_samples if passed_gate(outcome) else None)
         value = objective_value(space, outcome)
         (trial_dir / "outcome.json").write_text(json.dumps(
             {"config": config, "value": value, **outcome_attrs(outcome)}, indent=2, default=str))
@@ -381,7 +387,8 @@ def run_queue(handle: StudyHandle, host: Host, events: SweepEvents) -> None:
 def measured_runs(study: optuna.Study) -> list[tuple[str, float | None]]:
     """(label, objective or None when the run failed) of every labelled, finished trial."""
     reference = reference_text(study)
-    return [(t.user_attrs["label"], t.value if is_feasible(t, reference) else None)
+    rejected = study.user_attrs.get("output_rejected")
+    return [(t.user_attrs["label"], t.value if is_feasible(t, reference, rejected) else None)
             for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             if "label" in t.user_attrs]
 

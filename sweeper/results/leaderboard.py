@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, Mapping
 
 import optuna
 import pandas as pd
@@ -42,8 +42,9 @@ def is_evaluation(trial: FrozenTrial) -> bool:
             and "duplicate_of" not in trial.user_attrs)
 
 
-def infeasible_reason(trial: FrozenTrial, reference: str | None) -> str | None:
-    """Why a finished trial cannot rank (None when it can)."""
+def infeasible_reason(trial: FrozenTrial, reference: str | None, rejected: Mapping[str, str] | None = None) -> str | None:
+    """Why a finished trial cannot rank (None when it can). `rejected`: the study's
+    `output_rejected` (trial number -> why its outputs disagree with the reference settled after it)."""
     attrs = trial.user_attrs
     if trial.state != TrialState.COMPLETE:
         return trial.state.name.lower()
@@ -53,7 +54,7 @@ def infeasible_reason(trial: FrozenTrial, reference: str | None) -> str | None:
         return f"{failure['stage']}/{failure['kind']}"
     if any(v > 0 for v in (trial.constraints or {}).values()):
         return "constraint"
-    if attrs.get("output_rejected"):
+    if rejected and str(trial.number) in rejected:
         return "check_output/bad_output"  # measured before the reference was settled, then judged
     if (reference is not None and attrs.get("output_samples") is None
             and attrs.get("output_text") not in (None, reference)):
@@ -61,23 +62,24 @@ def infeasible_reason(trial: FrozenTrial, reference: str | None) -> str | None:
     return None
 
 
-def is_feasible(trial: FrozenTrial, reference: str | None) -> bool:
-    return infeasible_reason(trial, reference) is None and trial.value is not None
+def is_feasible(trial: FrozenTrial, reference: str | None, rejected: Mapping[str, str] | None = None) -> bool:
+    return infeasible_reason(trial, reference, rejected) is None and trial.value is not None
 
 
 def best_trial(study: optuna.Study) -> FrozenTrial | None:
-    reference = study.user_attrs.get("reference_text")
+    reference, rejected = study.user_attrs.get("reference_text"), study.user_attrs.get("output_rejected")
     feasible = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if is_feasible(t, reference)]
+                if is_feasible(t, reference, rejected)]
     if not feasible:
         return None
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
     return (max if maximize else min)(feasible, key=lambda t: t.value)
 
 
-def trial_row(trial: FrozenTrial, params: list[str], levels: list[int], reference: str | None) -> dict[str, Any]:
+def trial_row(trial: FrozenTrial, params: list[str], levels: list[int], reference: str | None,
+              rejected: Mapping[str, str] | None = None) -> dict[str, Any]:
     attrs = trial.user_attrs
-    reason = infeasible_reason(trial, reference)
+    reason = infeasible_reason(trial, reference, rejected)
     failure = attrs.get("failure") or {}
     kind = failure.get("kind") or ("bad_output" if reason == "check_output/bad_output" else "")
     row: dict[str, Any] = {
@@ -109,7 +111,8 @@ def leaderboard_frame(study: optuna.Study) -> pd.DataFrame:
     """Every trial, one row each, best feasible first, then the rest by trial number."""
     reference = study.user_attrs.get("reference_text")
     params, levels = parameter_names(study), concurrency_levels(study)
-    rows = [trial_row(t, params, levels, reference) for t in study.get_trials(deepcopy=False)]
+    rejected = study.user_attrs.get("output_rejected")
+    rows = [trial_row(t, params, levels, reference, rejected) for t in study.get_trials(deepcopy=False)]
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame

@@ -18,7 +18,8 @@ def format_show(study: optuna.Study) -> Group:
     trials = study.get_trials(deepcopy=False)
     reference = study.user_attrs.get("reference_text")
     states = Counter(t.state.name for t in trials)
-    infeasible = Counter(infeasible_reason(t, reference) for t in trials
+    rejected = study.user_attrs.get("output_rejected")
+    infeasible = Counter(infeasible_reason(t, reference, rejected) for t in trials
                          if t.state == TrialState.COMPLETE)
     infeasible.pop(None, None)
     evaluated = sum(1 for t in trials if is_evaluation(t))
