@@ -20,10 +20,10 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import requests
 
 from sweeper.config import HostSpec, Launch, OutputCheck, Space, Workload
+from sweeper.correctness import GateError, GateTimeout, OutputSample, collect_samples, judge, write_check_file
 from sweeper.engines.base import Engine, EngineInfo, LaunchSpec, classify_log
 from sweeper.engines.flags import flag_problems
 from sweeper.errors import InfraError
-from sweeper.correctness import GateError, GateTimeout, OutputSample, collect_samples, judge, write_check_file
 from sweeper.hosts.base import Host, ServerProcess, StopReport
 from sweeper.hosts.gate import check_gpus_before_launch, wait_gpus_released
 from sweeper.loadgen.client import STALLED, LoadgenError, StreamOptions, complete, is_stalled, run_level
