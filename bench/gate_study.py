@@ -17,7 +17,8 @@ from pathlib import Path
 
 from sweeper.config import parse_space
 from sweeper.sim.best import sim_config_of
-from sweeper.sim.failures import failure_of
+from sweeper.sim.failures import FP4_CAPABLE_MOE_BACKENDS
+from sweeper.space import with_derived
 from sweeper.study import load_study
 
 
@@ -41,8 +42,8 @@ def main() -> None:
         if verdict is None:
             counts["gate request failed"] += 1
             continue
-        failure = failure_of(sim_config_of(space, dict(trial.params)))
-        garbage = failure is not None and failure.phase == "garbage"
+        cfg = sim_config_of(space, with_derived(space, dict(trial.params)))
+        garbage = cfg.moe_runner_backend not in FP4_CAPABLE_MOE_BACKENDS  # FP4 experts read as FP8
         passed = verdict["passed"] and str(trial.number) not in (study.user_attrs.get("output_rejected") or {})
         against = verdict["compared_with"]
         counts[(("garbage" if garbage else "healthy"), ("pass" if passed else "fail"), against)] += 1
