@@ -22,6 +22,9 @@ from sweeper.hosts.procfs import (
 )
 
 
+READ_CHUNK = 64 * 1024 * 1024
+
+
 class LocalHost:
     def __init__(self, name: str, spec: HostSpec):
         self.name, self.spec = name, spec
@@ -102,6 +105,14 @@ class LocalHost:
         except FileNotFoundError:
             return "", offset
         return data.decode(errors="replace"), offset + len(data)
+
+    def read_bytes(self, path: str, offset: int) -> bytes:
+        try:
+            with open(path, "rb") as source:
+                source.seek(offset)
+                return source.read(READ_CHUNK)
+        except FileNotFoundError:
+            return b""
 
     def port_is_free(self, port: int) -> bool:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -388,6 +388,9 @@ class SSHHost:
             data = local.read()
         return data.decode(errors="replace"), offset + len(data)
 
+    def read_bytes(self, path: str, offset: int) -> bytes:
+        return base64.b64decode(self._agent("read_log", {"path": path, "offset": offset})["data"])  # 1 MiB chunks
+
     def port_is_free(self, port: int) -> bool:
         return self._agent("port_free", {"port": port})["free"]
 

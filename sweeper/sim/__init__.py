@@ -12,6 +12,7 @@ on the case study in /work/shared/seed. Modules:
 - scheduler.py continuous batching on absolute deadlines, in modelled time * time scale
 - boot.py      start-up sequence: distributed init, weight load, memory pool, graph capture
 - server.py    aiohttp app (/health, /health_generate, /v1/models, /v1/completions, ...) + main
+- profiler.py  /start_profile, /stop_profile: torch-format traces whose kernels follow perf.py
 - procs.py     the per-GPU scheduler children that survive a SIGKILLed parent (kill the group)
 - text.py      deterministic greedy tokens, garbage tokens
 - logs.py      SGLang-style log lines

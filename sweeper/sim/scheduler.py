@@ -31,6 +31,7 @@ from typing import Callable
 from sweeper.sim.config import SimConfig
 from sweeper.sim.logs import SimLog
 from sweeper.sim.perf import prefill_time_ms, step_time_ms
+from sweeper.sim.profiler import SimProfiler
 
 DECODE_LOG_INTERVAL = 40  # steps between "Decode batch." lines, as SGLang's default
 # After a stall longer than this (wall s), restart the deadline chain instead of bursting to catch up.
@@ -101,6 +102,7 @@ class Scheduler:
         self._steps = 0
         self._tokens_since_log = 0
         self._last_log_at: float | None = None
+        self.profiler: SimProfiler | None = None  # set by the server: sees every forward pass
 
     # ---- called by request handlers ----
 
@@ -193,6 +195,8 @@ class Scheduler:
                 batch.extend(joined)
                 deadline = deadline_for(batch)
         batch = [r for r in batch if not r.cancelled]
+        if self.profiler is not None:
+            self.profiler.record("prefill", start, deadline, sum(r.input_len for r in batch), len(batch))
         self._log.info(
             f"Prefill batch. #new-seq: {len(batch)}, #new-token: {sum(r.input_len for r in batch)}, "
             f"#cached-token: 0, token usage: 0.00, #running-req: {len(self._running)}, "
@@ -213,6 +217,8 @@ class Scheduler:
         self._credit_s -= credit
         deadline = start + duration - credit
         await self._sleep_until(deadline, wake_on_arrival=False)
+        if self.profiler is not None:
+            self.profiler.record("decode", start, deadline, batch, batch)
         stepped = [r for r in self._running if not r.cancelled]
         for request in stepped:
             request.emit_next_token()

@@ -31,6 +31,7 @@ from sweeper.sim.config import SimConfig, sim_config_from
 from sweeper.sim.failures import SimFailure, failure_of
 from sweeper.sim.logs import SimLog
 from sweeper.sim.procs import terminate_children
+from sweeper.sim.profiler import ProfilerError, SimProfiler
 from sweeper.sim.scheduler import Jitter, Scheduler, SimRequest
 from sweeper.sim.text import (
     GreedyStream, config_seed, garbage_logprob, garbage_token, prompt_key, prompt_length, prompt_tokens,
@@ -88,6 +89,8 @@ class SimServer:
         self._garbage_seed = config_seed(repr(cfg)) if failure is not None and failure.phase == "garbage" else None
         self._request_ids = itertools.count()
         self._runner: web.AppRunner | None = None
+        self._profiler = SimProfiler(cfg, args.time_scale)
+        self._scheduler.profiler = self._profiler
 
     # ---- lifecycle ----
 
@@ -181,6 +184,8 @@ class SimServer:
         app.router.add_get("/server_info", self._server_info)
         app.router.add_get("/get_server_info", self._server_info)
         app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/start_profile", self._start_profile)
+        app.router.add_post("/stop_profile", self._stop_profile)
         return app
 
     async def _health(self, _: web.Request) -> web.Response:
@@ -205,6 +210,27 @@ class SimServer:
         info = dict(vars(self._args))
         info.update(version=SIM_VERSION, simulated=True, internal_states=[self._scheduler.load_counts()])
         return web.json_response(info)
+
+    async def _start_profile(self, http: web.Request) -> web.Response:
+        try:
+            body = await http.json() if http.can_read_body else {}
+            if not isinstance(body, dict):
+                raise ProfilerError("request body must be a JSON object")
+            self._profiler.start(body, dict(os.environ), asyncio.get_running_loop().time())
+        except (ProfilerError, ValueError) as exc:
+            return web.Response(status=400, text=f"{exc}\n")
+        self._log.info("Profiling starts. Traces will be saved to: " + self._profiler.output_dir, rank=0)
+        return web.Response(text="Start profiling.\n")
+
+    async def _stop_profile(self, _: web.Request) -> web.Response:
+        try:
+            recorded = self._profiler.stop()
+        except ProfilerError as exc:
+            return web.Response(status=400, text=f"{exc}\n")
+        # As SGLang: the answer comes once every rank's trace is written.
+        paths = await asyncio.to_thread(self._profiler.write, *recorded)
+        self._log.info(f"Profiling done. Traces are saved to: {paths[0].parent if paths else ''}", rank=0)
+        return web.Response(text="Stop profiling. This will take some time.\n")
 
     async def _completions(self, http: web.Request) -> web.StreamResponse:
         try:

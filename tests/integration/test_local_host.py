@@ -15,7 +15,8 @@ from sweeper.hosts.procfs import live_group_members
 # A "server" that forks two children which ignore SIGTERM, like schedulers that outlive their parent.
 STUBBORN = r"""
 import os, signal, subprocess, sys, time
-child = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: time.sleep(1)"
+child = ("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+         "print('child ignores SIGTERM', flush=True)\nwhile True: time.sleep(1)")
 kids = [subprocess.Popen([sys.executable, "-c", child]) for _ in range(2)]
 print("server up", flush=True)
 while True:
@@ -58,7 +59,9 @@ def test_detached_start_records_group_and_log(host, tmp_path):
 
 def test_stop_escalates_to_sigkill_and_leaves_nothing(host, tmp_path):
     proc = start(host, tmp_path)
-    wait_for(lambda: len(host.owned_members(proc)) == 3)
+    # The children must have installed their SIGTERM handler, not merely exist (a busy machine
+    # can take longer than the grace to start Python).
+    wait_for(lambda: host.read_log(proc, 0)[0].count("child ignores SIGTERM") == 2)
     report = host.stop_group(proc, grace_s=0.5)
     assert report.was_running and report.signal == "SIGKILL" and report.left_behind == ()
     assert live_group_members(proc.pgid) == []
