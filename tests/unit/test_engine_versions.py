@@ -94,3 +94,20 @@ def test_deprecated_flags_warn_only_from_their_release():
 def test_version_texts():
     assert parse_version("0.5.23") == (0, 5, 23) and parse_version("0.5.23-sim") == (0, 5, 23)
     assert parse_version("vllm 0.33.0rc1") == (0, 33, 0) and parse_version("?") == ()
+
+
+def test_run_trial_refuses_a_removed_flag_before_anything_is_launched(tmp_path):
+    """The pipeline itself: SGLang 0.5.23's --help, a space still using --cuda-graph-max-bs."""
+    from sweeper.hosts.local import LocalHost
+    from sweeper.trial import TrialContext, run_trial
+
+    host = LocalHost("local", HostSpec(transport="local", gpu_gate="off", base_port=36000))
+    try:
+        ctx = TrialContext(space=CUDA_GRAPH_SPACE, engine=get_engine("sglang"), host=host, host_spec=host.spec,
+                           trial_dir=tmp_path / "t", known_flags=help_flags("sglang-0.5.23"))
+        outcome = run_trial(ctx, {"cuda_graph_max_bs": 16, "moe_runner_backend": "marlin"})
+    finally:
+        host.close()
+    assert (outcome.failure.stage, outcome.failure.kind) == ("preflight", "unsupported_flag")
+    assert "use --cuda-graph-max-bs-decode" in outcome.failure.message
+    assert not outcome.launched and not (tmp_path / "t" / "process.json").exists()
