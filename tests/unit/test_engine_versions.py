@@ -111,3 +111,20 @@ def test_run_trial_refuses_a_removed_flag_before_anything_is_launched(tmp_path):
     assert (outcome.failure.stage, outcome.failure.kind) == ("preflight", "unsupported_flag")
     assert "use --cuda-graph-max-bs-decode" in outcome.failure.message
     assert not outcome.launched and not (tmp_path / "t" / "process.json").exists()
+
+
+def test_the_version_probe_runs_on_the_host_and_names_the_installed_release():
+    """The probe is the cache key of the flag table: run it for real (the simulator's package)."""
+    import sys
+
+    import sweeper
+    from sweeper.hosts.local import LocalHost
+
+    host = LocalHost("local", HostSpec(transport="local", gpu_gate="off"))
+    try:
+        result = host.run(get_engine("sim").version_argv(sys.executable), timeout_s=60)
+        missing = host.run(get_engine("vllm").version_argv(sys.executable), timeout_s=60)
+    finally:
+        host.close()
+    assert result.returncode == 0 and result.stdout.strip() == sweeper.__version__
+    assert missing.returncode != 0 and "vllm" in missing.stderr  # not installed here: a clear error
