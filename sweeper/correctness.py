@@ -113,7 +113,7 @@ def collect_samples(base_url: str, model: str, check: OutputCheck, timeout_s: fl
     refuses `logprobs` or `echo` (HTTP 4xx) is asked again without."""
     url = base_url.rstrip("/") + "/v1/completions"
     max_tokens = max(check.max_tokens, check.k_tokens)
-    with_logprobs = check.logprobs
+    with_logprobs = with_echo = check.logprobs
     samples = []
     for prompt in check.prompt_set:
         body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
@@ -133,14 +133,15 @@ def collect_samples(base_url: str, model: str, check: OutputCheck, timeout_s: fl
         if not isinstance(text, str):
             raise GateError(f"{url} answered without text: {str(choice)[:200]}")
         prompt_logprobs = None
-        if with_logprobs:
+        if with_logprobs and with_echo:
             try:
                 prompt_logprobs = _prompt_logprobs(_post(url, {**body, "max_tokens": 1, "echo": True,
                                                                 "logprobs": 1}, timeout_s))
             except GateTimeout:
                 raise
             except GateError:
-                prompt_logprobs = None  # no echo support: the token comparison alone decides
+                pass
+            with_echo = prompt_logprobs is not None  # no echo logprobs: the token comparison alone decides
         samples.append(OutputSample(prompt, text, _tokens_of(choice) if with_logprobs else None, prompt_logprobs))
     return samples
 

@@ -142,3 +142,59 @@ def test_a_space_naming_one_prompt_keeps_a_single_prompt_check():
     assert OutputCheck(prompt="Hi").prompt_set == ["Hi"]
     assert len(OutputCheck().prompt_set) == 4
     assert OutputCheck(prompt="Hi", prompts=["x", "y"]).prompt_set == ["x", "y"]
+
+
+class _Engine:
+    """A real HTTP server answering /v1/completions like an engine without logprobs or echo."""
+
+    def __init__(self, refuse_logprobs: bool):
+        import http.server
+        import threading
+
+        requests_seen = self.requests = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                requests_seen.append(body)
+                if refuse_logprobs and ("logprobs" in body or "echo" in body):
+                    self.send_response(400)
+                    self.end_headers()
+                    self.wfile.write(b'{"error": "logprobs not supported"}')
+                    return
+                reply = {"choices": [{"text": " Paris is the capital", "logprobs": None}],
+                         "usage": {"prompt_tokens": 5, "completion_tokens": 4}}
+                data = json.dumps(reply).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.server.shutdown()
+
+
+@pytest.mark.parametrize("refuse", [True, False])
+def test_an_engine_without_logprobs_is_asked_again_and_compared_by_words(refuse):
+    from sweeper.correctness import collect_samples
+
+    engine = _Engine(refuse_logprobs=refuse)
+    try:
+        check = OutputCheck(prompts=["The capital of France is", "Water boils at"], max_tokens=4)
+        samples = collect_samples(engine.url, "m", check, timeout_s=10)
+    finally:
+        engine.close()
+    assert [s.text for s in samples] == [" Paris is the capital"] * 2
+    assert all(s.tokens is None and s.prompt_logprobs is None for s in samples)
+    # refused: one logprobs try, then plain requests only; accepted but ignored: no tokens either
+    with_logprobs = [r for r in engine.requests if "logprobs" in r]
+    assert len(with_logprobs) == (1 if refuse else 3)  # ignored: 2 completions + 1 echo, then echo given up
+    assert judge(samples, [OutputSample(p, " Paris is the capital") for p in check.prompt_set], check).passed
