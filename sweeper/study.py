@@ -18,6 +18,7 @@ import sweeper
 from sweeper.config import HostSpec, Space, load_hosts, space_fingerprint
 from sweeper.engines import get_engine
 from sweeper.engines.flags import flag_problems, parse_help_flags
+from sweeper.engines.versions import deprecation_warnings
 from sweeper.errors import InfraError, UserError
 from sweeper.hosts import Host, ServerProcess
 from sweeper.correctness import OutputSample
@@ -362,6 +363,11 @@ def installed_flags(study: optuna.Study, space: Space, host: Host) -> dict[str, 
         raise UserError(f"the space's fixed flags do not fit {key}: {'; '.join(problems)}")
     study.set_user_attr("engine_flags", {"key": key, "flags": flags})
     study.set_user_attr("engine_version", version_text)
+    # deprecations are dated by the engine's own releases (the simulator's version is sweeper's)
+    space_flags = list(fixed.argv) + [p.flag for p in (*space.parameters.values(), *space.derived.values()) if p.flag]
+    family = getattr(engine, "flag_family", None)
+    if family == space.engine and (warnings := deprecation_warnings(space_flags, family, version_text)):
+        study.set_user_attr("engine_warnings", warnings)  # `sweeper show` lists them
     return flags
 
 

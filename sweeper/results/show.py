@@ -34,6 +34,8 @@ def format_show(study: optuna.Study) -> Group:
         lines.append(Text(f"best: trial {best.number}, {metric} = {best.value:.2f}, {best.params}"))
     else:
         lines.append(Text("best: none feasible yet"))
+    for warning in study.user_attrs.get("engine_warnings") or []:
+        lines.append(Text(f"engine: {warning}", style="yellow"))
     if gap := build_study_gap(study):
         lines += [Text(line) for line in format_gap_lines(gap)]
     running = [t for t in trials if t.state == TrialState.RUNNING]

@@ -128,3 +128,42 @@ def test_the_version_probe_runs_on_the_host_and_names_the_installed_release():
         host.close()
     assert result.returncode == 0 and result.stdout.strip() == sweeper.__version__
     assert missing.returncode != 0 and "vllm" in missing.stderr  # not installed here: a clear error
+
+
+def test_the_study_reads_the_help_once_per_version_and_keeps_deprecation_warnings(tmp_path):
+    """installed_flags against an interpreter shim that answers like SGLang 0.5.23 would (its
+    captured --help and its version): no sglang can be installed here."""
+    import optuna
+
+    from sweeper.hosts.local import LocalHost
+    from sweeper.study import installed_flags
+
+    shim = tmp_path / "python"
+    shim.write_text(f"""#!/bin/sh
+case "$*" in
+  *--help*) cat {HELP / 'sglang-0.5.23.txt'} ;;
+  *importlib.metadata*) echo 0.5.23 ;;
+  *) exit 3 ;;
+esac
+""")
+    shim.chmod(0o755)
+    space = parse_space("""\
+name: dep
+engine: sglang
+model: m
+fixed_flags: {--enable-dp-attention: true}
+parameters:
+  graphs_off: {type: bool, flag: --disable-cuda-graph}
+""", "inline")
+    host = LocalHost("local", HostSpec(transport="local", gpu_gate="off", python=str(shim)))
+    study = optuna.create_study()
+    try:
+        flags = installed_flags(study, space, host)
+    finally:
+        host.close()
+    assert "--attn-dp-size" in flags and study.user_attrs["engine_version"] == "0.5.23"
+    assert study.user_attrs["engine_flags"]["key"] == f"sglang 0.5.23 ({shim})"
+    assert study.user_attrs["engine_warnings"] == [
+        "--enable-dp-attention is deprecated (--enable-dp-attention deprecated in SGLang 0.5.23); use --attn-dp-size N",
+        "--disable-cuda-graph is deprecated (--disable-cuda-graph deprecated in SGLang 0.5.16); "
+        "use --cuda-graph-backend-decode disabled"]
