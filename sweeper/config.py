@@ -178,7 +178,7 @@ class Workload(Strict):
     slo_tpot_ms: float | None = Field(None, gt=0, description="TPOT SLO for goodput")
     min_tokens: bool = Field(False, description="also send min_tokens = output_len")
     continuous_usage_stats: bool = Field(True, description="ask for usage in every chunk")
-    stall_timeout_s: float | None = Field(None, gt=0, description="no byte this long: a stall")
+    stall_timeout_s: float | None = Field(None, gt=0, description="no byte this long: a hang (default: launch's)")
 
     @field_validator("concurrency")
     @classmethod
