@@ -388,6 +388,7 @@ def validate(
                                             results, storage, len(runs), "random", enqueue_seeds=False,
                                             space_text=attrs["space_text"])
         handle.study.set_user_attr("reference_text", attrs.get("reference_text"))
+        handle.study.set_user_attr("reference_samples", attrs.get("reference_samples"))
         enqueue_runs(handle.study, runs)
         _with_progress(handle, connected, lambda events: run_queue(handle, connected, events))
         if pareto:

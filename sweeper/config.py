@@ -181,7 +181,7 @@ class Workload(Strict):
     slo_tpot_ms: float | None = Field(None, gt=0, description="TPOT SLO for goodput")
     min_tokens: bool = Field(False, description="also send min_tokens = output_len")
     continuous_usage_stats: bool = Field(True, description="ask for usage in every chunk")
-    stall_timeout_s: float | None = Field(None, gt=0, description="no byte this long: a stall")
+    stall_timeout_s: float | None = Field(None, gt=0, description="no byte this long: a hang (default: launch's)")
 
     @field_validator("concurrency")
     @classmethod
@@ -251,6 +251,14 @@ class Launch(Strict):
     poll_interval_s: float = Field(0.25, gt=0, le=2.0)
 
 
+DEFAULT_CHECK_PROMPTS = (
+    "The capital of France is",
+    "Water boils at a temperature of",
+    "def fibonacci(n):",
+    "The three primary colors are",
+)
+
+
 class OutputCheck(Strict):
     prompt: str = "The capital of France is"
     max_tokens: int = Field(16, ge=1)
@@ -259,11 +267,25 @@ class OutputCheck(Strict):
     # none: only require that a generation succeeds (random-weight models, whose near-tied logits
     # make greedy tokens flip with any numerics-changing lever: threads, batch, KV type)
     mode: Literal["auto", "reference-only", "none"] = "auto"
+    # The correctness gate (sweeper/correctness.py; README "Output-correctness gate")
+    prompts: list[str] = Field(default_factory=lambda: list(DEFAULT_CHECK_PROMPTS), min_length=1,
+                               description="greedy prompt set; setting only `prompt` checks that one")
+    k_tokens: int = Field(8, ge=1, description="first K greedy tokens compared with the reference")
+    min_agreement: float = Field(0.6, ge=0, le=1, description="share of compared tokens that must agree")
+    max_logprob_diff: float = Field(0.5, gt=0, description="mean |prompt logprob - reference|, nats")
+    logprobs: bool = Field(True, description="ask for logprobs (tokens and the prompt fingerprint)")
+    reference_file: str | None = Field(None, description="reference outputs (JSON) instead of a seed's")
+
+    @property
+    def prompt_set(self) -> list[str]:
+        if "prompts" not in self.model_fields_set and "prompt" in self.model_fields_set:
+            return [self.prompt]  # a space that names one prompt keeps its single-prompt check
+        return list(self.prompts)
 
 
 class Space(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    engine: Literal["sim", "sglang", "llamacpp", "transformers"]
+    engine: Literal["sim", "sglang", "llamacpp", "vllm", "transformers"]
     model: str
     description: str = ""
     fixed_flags: dict[str, Scalar] = {}

@@ -85,6 +85,7 @@ def outcome_attrs(outcome: TrialOutcome) -> dict[str, Any]:
         "levels": {str(level): metrics for level, metrics in outcome.levels.items()},
         "stage_seconds": outcome.stage_seconds,
         "output_text": outcome.output_text,
+        "output_samples": outcome.output_samples,
     }
     if outcome.gpu_memory is not None:
         attrs["gpu_memory"] = outcome.gpu_memory

@@ -18,10 +18,13 @@ import sweeper
 from sweeper.config import HostSpec, Space, load_hosts, space_fingerprint
 from sweeper.engines import get_engine
 from sweeper.engines.flags import flag_problems, parse_help_flags
+from sweeper.engines.versions import deprecation_warnings
 from sweeper.errors import InfraError, UserError
 from sweeper.hosts import Host, ServerProcess
+from sweeper.correctness import OutputSample
 from sweeper.hosts.procfs import read_stat
 from sweeper.pareto import dominated_verdict
+from sweeper.reference import reference_samples, settle_reference as settle, use_reference_file
 from sweeper.record import ABANDONED, constraint_values, judge_level, objective_values, outcome_attrs
 from sweeper.results.leaderboard import best_trial, feasible_trials, is_evaluation, is_feasible
 from sweeper.results.provenance import engine_provenance
@@ -209,22 +212,16 @@ def reference_text(study: optuna.Study) -> str | None:
     return study.user_attrs.get("reference_text")
 
 
-def settle_reference(handle: StudyHandle, trial: optuna.Trial, output: str | None) -> None:
-    """The reference comes from the seed the space names, or else from two different configs that
-    agree, so a garbage first trial cannot become the reference."""
-    study = handle.study
-    if output is None or reference_text(study) is not None or handle.space.check.mode == "none":
-        return  # check.mode none: outputs are never compared, so no reference
-    named = study.user_attrs.get("reference_seed", handle.space.reference)
-    if named is not None and trial.user_attrs.get("seed") == named:
-        study.set_user_attr("reference_text", output)
-        study.set_user_attr("reference_source", f"seed {named} (trial {trial.number})")
-        return
-    for other in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if other.user_attrs.get("output_text") == output and other.user_attrs.get("config_key") != trial.user_attrs.get("config_key"):
-            study.set_user_attr("reference_text", output)
-            study.set_user_attr("reference_source", f"agreement of trials {other.number} and {trial.number}")
-            return
+def passed_gate(outcome) -> bool:
+    """The trial's outputs passed the correctness gate (a later load or stop failure does not make
+    them wrong: they can still be the reference)."""
+    return bool(outcome.output_samples) and (outcome.failure is None or outcome.failure.stage in ("load", "stop"))
+
+
+def settle_reference(handle: StudyHandle, trial: optuna.Trial, samples: list[dict] | None) -> None:
+    """sweeper/reference.py: the named seed's outputs, or two agreeing configs', become the reference."""
+    settle(handle.study, handle.space, handle.dir, trial,
+           [OutputSample.from_dict(s) for s in samples] if samples else None)
 
 
 def make_objective(handle: StudyHandle, host: Host,
@@ -233,6 +230,8 @@ def make_objective(handle: StudyHandle, host: Host,
     space, study = handle.space, handle.study
     engine = get_engine(space.engine)
     known_flags = installed_flags(study, space, host)
+    space_path = study.user_attrs.get("space_path")
+    use_reference_file(study, space, handle.dir, Path(space_path).parent if space_path else None)
 
     def objective(trial: optuna.Trial) -> float | list[float]:
         config = suggest_config(trial, space)
@@ -266,7 +265,7 @@ def make_objective(handle: StudyHandle, host: Host,
             return judge_level(space, level, metrics, _best_value(study))
 
         ctx = TrialContext(space=space, engine=engine, host=host, host_spec=handle.host_spec,
-                           trial_dir=trial_dir, reference_text=reference_text(study),
+                           trial_dir=trial_dir, reference_samples=reference_samples(study),
                            on_stage=on_stage, on_started=on_started, on_level=on_level,
                            known_servers=lambda: study_servers(study, handle.host_name),
                            known_flags=known_flags)
@@ -283,7 +282,7 @@ def make_objective(handle: StudyHandle, host: Host,
             trial.set_user_attr(name, value)
         for name, value in constraint_values(outcome, space).items():
             trial.set_constraint(name, value)
-        settle_reference(handle, trial, outcome.output_text if outcome.ok else None)
+        settle_reference(handle, trial, outcome.output_samples if passed_gate(outcome) else None)
         values = objective_values(space, outcome)
         (trial_dir / "outcome.json").write_text(json.dumps(
             {"config": config, "value": values[0], "values": values, **outcome_attrs(outcome)},
@@ -378,10 +377,16 @@ def installed_flags(study: optuna.Study, space: Space, host: Host) -> dict[str, 
         raise UserError(f"cannot read the engine's flags on {host.name}: {result.describe()}")
     flags = parse_help_flags(result.stdout)
     fixed = get_engine(space.engine).build_launch_spec(space, {}, HostSpec(transport="local"), 1, python)
-    if problems := flag_problems(fixed.argv, flags, short=getattr(engine, "checks_short_flags", False)):
+    if problems := flag_problems(fixed.argv, flags, getattr(engine, "checks_short_flags", False),
+                                 getattr(engine, "flag_family", None)):
         raise UserError(f"the space's fixed flags do not fit {key}: {'; '.join(problems)}")
     study.set_user_attr("engine_flags", {"key": key, "flags": flags})
     study.set_user_attr("engine_version", version_text)
+    # deprecations are dated by the engine's own releases (the simulator's version is sweeper's)
+    space_flags = list(fixed.argv) + [p.flag for p in (*space.parameters.values(), *space.derived.values()) if p.flag]
+    family = getattr(engine, "flag_family", None)
+    if family == space.engine and (warnings := deprecation_warnings(space_flags, family, version_text)):
+        study.set_user_attr("engine_warnings", warnings)  # `sweeper show` lists them
     return flags
 
 
@@ -413,7 +418,8 @@ def measured_values(study: optuna.Study) -> list[tuple[str, list[float] | None]]
     """(label, every objective's value, or None when the run failed) of every labelled, finished
     trial: the Pareto mode has two."""
     reference = reference_text(study)
-    return [(t.user_attrs["label"], list(t.values) if is_feasible(t, reference) else None)
+    rejected = study.user_attrs.get("output_rejected")
+    return [(t.user_attrs["label"], list(t.values) if is_feasible(t, reference, rejected) else None)
             for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             if "label" in t.user_attrs]
 

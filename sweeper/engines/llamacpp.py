@@ -83,6 +83,7 @@ def build_llamacpp_argv(binary: str, space: Space, config: Mapping[str, Any], po
 class LlamaCppEngine:
     info = LLAMACPP_INFO
     checks_short_flags = True  # llama-server's help lists its short flags (-t, -np, ...)
+    flag_family = "llamacpp"
 
     def binary(self) -> str:
         return llama_server_path()

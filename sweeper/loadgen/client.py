@@ -247,6 +247,13 @@ class LevelRun:
         return self.end - self.start
 
 
+STALLED = "stalled:"  # how the error of a request that got no byte for stall_timeout_s begins
+
+
+def is_stalled(sample: RequestSample) -> bool:
+    return bool(sample.error) and sample.error.startswith(STALLED)
+
+
 def new_session(keep_alive: bool = True) -> aiohttp.ClientSession:
     """A session whose pool never bounds concurrency (limit=0: aiohttp's default of 100, or any
     smaller cap, would silently); it holds at most as many connections as requests were in flight.
@@ -313,10 +320,15 @@ async def run_closed_loop(
     url = endpoint_url(base_url, opts.api)
     samples: list[RequestSample | None] = [None] * len(prompts)
     queue = iter(enumerate(prompts))  # shared by the workers: each takes the next prompt when free
+    stalled = False  # a stalled request means a hung server: send no more (the level is lost anyway)
 
     async def worker(client: aiohttp.ClientSession) -> None:
+        nonlocal stalled
         for index, prompt in queue:
+            if stalled:
+                return
             samples[index] = await _send_streaming(client, url, model, prompt, output_len, opts)
+            stalled = stalled or is_stalled(samples[index])
 
     client = session or new_session()
     try:
@@ -481,7 +493,7 @@ async def _attempt(
             tally.finish()
         return start, tally, error, False
     except aiohttp.ServerTimeoutError:  # sock_read: the only socket timeout set
-        return start, tally, f"stalled: no data for {opts.stall_timeout_s:g} s", False
+        return start, tally, f"{STALLED} no data for {opts.stall_timeout_s:g} s", False
     except TimeoutError:
         return start, tally, f"timeout after {opts.timeout_s:g} s", False
     except Exception as exc:  # a bad server must cost one sample, never the whole level

@@ -20,10 +20,11 @@ from sweeper.profile.run import ProfileContext, ProfileRequest, profile_config, 
 from sweeper.profile.trace import (
     TraceError, group_shares, is_trace_file, load_trace, summarize_traces,
 )
+from sweeper.reference import reference_samples
 from sweeper.results.leaderboard import best_trial
 from sweeper.space import with_derived
 from sweeper.study import (
-    controller_alive, controller_identity, host_spec_for_resume, installed_flags, reference_text, study_dir,
+    controller_alive, controller_identity, host_spec_for_resume, installed_flags, study_dir,
     study_servers,
 )
 
@@ -94,7 +95,7 @@ def profile_study_trial(study: optuna.Study, results: Path, hosts_path: Path, nu
 
         ctx = ProfileContext(
             space=space, engine=get_engine(space.engine), host=host, host_spec=host_spec,
-            profile_dir=trial_dir / "profile", reference_text=reference_text(study), known_servers=known,
+            profile_dir=trial_dir / "profile", reference_samples=reference_samples(study), known_servers=known,
             known_flags=installed_flags(study, space, host), on_started=started,
             on_stopped=lambda proc: study.set_user_attr(PROFILE_SERVER_ATTR, None), on_step=on_step)
         started_at = time.time()

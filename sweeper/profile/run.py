@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from sweeper.config import HostSpec, Space, Workload
+from sweeper.correctness import OutputSample
 from sweeper.engines.base import Engine
 from sweeper.engines.flags import flag_problems
 from sweeper.errors import UserError
@@ -52,7 +53,7 @@ class ProfileContext:
     host: Host
     host_spec: HostSpec
     profile_dir: Path
-    reference_text: str | None = None
+    reference_samples: Sequence[OutputSample] | None = None  # the study's reference (correctness gate)
     known_servers: Callable[[], list[ServerProcess]] = lambda: []
     known_flags: Mapping[str, list[str] | None] | None = None
     on_started: Callable[[ServerProcess], None] = lambda proc: None
@@ -110,7 +111,8 @@ def profile_config(ctx: ProfileContext, config: Mapping[str, Any], request: Prof
     spec = ctx.engine.build_launch_spec(space, config, ctx.host_spec, port, host.python())
     spec = replace(spec, env={**spec.env, **build_profiler_env(control)})
     short = getattr(ctx.engine, "checks_short_flags", False)
-    if ctx.known_flags is not None and (problems := flag_problems(spec.argv, ctx.known_flags, short=short)):
+    family = getattr(ctx.engine, "flag_family", None)
+    if ctx.known_flags is not None and (problems := flag_problems(spec.argv, ctx.known_flags, short, family)):
         raise UserError("the installed engine refuses this config: " + "; ".join(problems))
     gpu_baseline = check_gpus_before_launch(host, ctx.host_spec, ctx.known_servers(), space.launch.stop_grace_s)
     if ctx.profile_dir.exists():
@@ -150,7 +152,8 @@ def _profile_under_load(ctx: ProfileContext, proc: ServerProcess, port: int, req
         raise UserError(f"the server did not become ready ({verdict.kind}: {verdict.message}); "
                         f"log in {ctx.profile_dir / 'server.log'}; last lines:\n{tail}")
     warnings = []
-    _, failure = check_output(base_url, space.model, space.check, ctx.reference_text)
+    _, failure = check_output(base_url, space.model, space.check, ctx.reference_samples, ctx.profile_dir,
+                              timeout_s=space.workload.stall_timeout_s or space.launch.stall_timeout_s)
     if failure is not None:
         warnings.append(f"output check failed ({failure.kind}): {failure.message}")
     workload = space.workload

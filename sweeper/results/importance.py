@@ -30,7 +30,7 @@ def _quiet_optuna() -> Iterator[None]:
 def feasible_complete_trials(study: optuna.Study) -> list[FrozenTrial]:
     reference = study.user_attrs.get("reference_text")
     return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if is_feasible(t, reference)]
+            if is_feasible(t, reference, study.user_attrs.get("output_rejected"))]
 
 
 def build_param_importances(study: optuna.Study) -> tuple[dict[str, float], str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, Mapping
 
 import optuna
 import pandas as pd
@@ -46,8 +46,9 @@ def is_evaluation(trial: FrozenTrial) -> bool:
             and "duplicate_of" not in trial.user_attrs)
 
 
-def infeasible_reason(trial: FrozenTrial, reference: str | None) -> str | None:
-    """Why a finished trial cannot rank (None when it can)."""
+def infeasible_reason(trial: FrozenTrial, reference: str | None, rejected: Mapping[str, str] | None = None) -> str | None:
+    """Why a finished trial cannot rank (None when it can). `rejected`: the study's
+    `output_rejected` (trial number -> why its outputs disagree with the reference settled after it)."""
     attrs = trial.user_attrs
     if trial.state != TrialState.COMPLETE:
         return trial.state.name.lower()
@@ -57,13 +58,16 @@ def infeasible_reason(trial: FrozenTrial, reference: str | None) -> str | None:
         return f"{failure['stage']}/{failure['kind']}"
     if any(v > 0 for v in (trial.constraints or {}).values()):
         return "constraint"
-    if reference is not None and attrs.get("output_text") not in (None, reference):
-        return "check_output/garbage_output"  # measured before the reference was settled
+    if rejected and str(trial.number) in rejected:
+        return "check_output/bad_output"  # measured before the reference was settled, then judged
+    if (reference is not None and attrs.get("output_samples") is None
+            and attrs.get("output_text") not in (None, reference)):
+        return "check_output/bad_output"  # a study from before the tolerant gate: exact text
     return None
 
 
-def is_feasible(trial: FrozenTrial, reference: str | None) -> bool:
-    return infeasible_reason(trial, reference) is None and trial.values is not None
+def is_feasible(trial: FrozenTrial, reference: str | None, rejected: Mapping[str, str] | None = None) -> bool:
+    return infeasible_reason(trial, reference, rejected) is None and trial.values is not None
 
 
 def is_pareto_study(study: optuna.Study) -> bool:
@@ -72,9 +76,9 @@ def is_pareto_study(study: optuna.Study) -> bool:
 
 
 def feasible_trials(study: optuna.Study) -> list[FrozenTrial]:
-    reference = study.user_attrs.get("reference_text")
+    reference, rejected = study.user_attrs.get("reference_text"), study.user_attrs.get("output_rejected")
     return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if is_feasible(t, reference)]
+            if is_feasible(t, reference, rejected)]
 
 
 def pareto_trials(study: optuna.Study) -> list[FrozenTrial]:
@@ -114,11 +118,11 @@ def format_values(study: optuna.Study, trial: FrozenTrial) -> str:
 
 
 def trial_row(trial: FrozenTrial, params: list[str], levels: list[int], reference: str | None,
-              on_front: bool | None = None) -> dict[str, Any]:
+              rejected: Mapping[str, str] | None = None, on_front: bool | None = None) -> dict[str, Any]:
     attrs = trial.user_attrs
-    reason = infeasible_reason(trial, reference)
+    reason = infeasible_reason(trial, reference, rejected)
     failure = attrs.get("failure") or {}
-    kind = failure.get("kind") or ("garbage_output" if reason == "check_output/garbage_output" else "")
+    kind = failure.get("kind") or ("bad_output" if reason == "check_output/bad_output" else "")
     row: dict[str, Any] = {
         "trial": trial.number,
         "state": trial.state.name,
@@ -158,7 +162,8 @@ def leaderboard_frame(study: optuna.Study) -> pd.DataFrame:
     params, levels = parameter_names(study), concurrency_levels(study)
     pareto = is_pareto_study(study)
     front = {t.number for t in pareto_trials(study)} if pareto else set()
-    rows = [trial_row(t, params, levels, reference, (t.number in front) if pareto else None)
+    rejected = study.user_attrs.get("output_rejected")
+    rows = [trial_row(t, params, levels, reference, rejected, (t.number in front) if pareto else None)
             for t in study.get_trials(deepcopy=False)]
     frame = pd.DataFrame(rows)
     if frame.empty:

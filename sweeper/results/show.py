@@ -20,7 +20,8 @@ def format_show(study: optuna.Study) -> Group:
     trials = study.get_trials(deepcopy=False)
     reference = study.user_attrs.get("reference_text")
     states = Counter(t.state.name for t in trials)
-    infeasible = Counter(infeasible_reason(t, reference) for t in trials
+    rejected = study.user_attrs.get("output_rejected")
+    infeasible = Counter(infeasible_reason(t, reference, rejected) for t in trials
                          if t.state == TrialState.COMPLETE)
     infeasible.pop(None, None)
     evaluated = sum(1 for t in trials if is_evaluation(t))
@@ -38,6 +39,8 @@ def format_show(study: optuna.Study) -> Group:
         lines.append(Text(f"best: trial {best.number}, {format_values(study, best)}, {best.params}"))
     else:
         lines.append(Text("best: none feasible yet"))
+    for warning in study.user_attrs.get("engine_warnings") or []:
+        lines.append(Text(f"engine: {warning}", style="yellow"))
     if gap := build_study_gap(study):
         lines += [Text(line) for line in format_gap_lines(gap)]
     running = [t for t in trials if t.state == TrialState.RUNNING]

@@ -45,4 +45,9 @@ Crash regions (checked in this order; see failures.py):
   graphs on (it runs only with --disable-cuda-graph, a little cheaper a2a but no graphs).
 - garbage, garbage_output: moe_runner_backend other than marlin, flashinfer_mxfp4, auto: the
   server is healthy and fast but answers nonsense (check outputs, not just status codes).
+- mid-load hang (only with `--hang-after-requests N`): after N finished requests no step completes;
+  /health answers 200, requests get no token (the controller's load watchdog ends the trial `hang`).
+
+Greedy answers depend on the TP size at a few near-tied positions (text.py, TIE_RATE), so a
+correctness gate comparing TP 4 with a TP 8 reference needs its tolerance, as on real GPUs.
 """

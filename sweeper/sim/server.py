@@ -34,7 +34,8 @@ from sweeper.sim.procs import terminate_children
 from sweeper.sim.profiler import ProfilerError, SimProfiler
 from sweeper.sim.scheduler import Jitter, Scheduler, SimRequest
 from sweeper.sim.text import (
-    config_seed, garbage_token, greedy_token, prompt_key, prompt_length, sampled_token,
+    GreedyStream, config_seed, garbage_logprob, garbage_token, prompt_key, prompt_length, prompt_tokens,
+    sampled_token, token_logprob,
 )
 
 __all__ = ["build_arg_parser", "main", "parse_args"]
@@ -83,7 +84,8 @@ class SimServer:
         self._log = log
         self._ready = False
         self._model_name = args.served_model_name or args.model_path
-        self._scheduler = Scheduler(cfg, args.time_scale, Jitter(args.noise, args.random_seed), log)
+        self._scheduler = Scheduler(cfg, args.time_scale, Jitter(args.noise, args.random_seed), log,
+                                    hang_after_requests=args.hang_after_requests)
         self._garbage_seed = config_seed(repr(cfg)) if failure is not None and failure.phase == "garbage" else None
         self._request_ids = itertools.count()
         self._runner: web.AppRunner | None = None
@@ -134,10 +136,34 @@ class SimServer:
             garbage_seed = self._garbage_seed
             return lambda index: garbage_token(garbage_seed, key, index)
         if temperature == 0:
-            return lambda index: greedy_token(key, index)
+            return GreedyStream(key, self._cfg.tp_size)  # numerics differ slightly across TP sizes
         # Sampling is reproducible per request seed, or per (--random-seed, request number).
         rng = random.Random(seed if seed is not None else f"{self._args.random_seed}:{next(self._request_ids)}")
         return lambda index: sampled_token(rng)
+
+    def _logprob_fn(self, key: bytes):
+        """Token index -> logprob of the text under `key` (a prompt, or a continuation's key)."""
+        if self._garbage_seed is not None:
+            garbage_seed = self._garbage_seed
+            return lambda index: garbage_logprob(garbage_seed, key, index)
+        numerics = self._cfg.tp_size
+        return lambda index: token_logprob(key, index, numerics)
+
+    def _logprobs_block(self, prompt: str | list[int], texts: list[str], echo: bool) -> dict[str, Any]:
+        """OpenAI completions `logprobs`: tokens and their logprobs (echo: the prompt's first, the
+        first prompt token without one, as vLLM and SGLang answer)."""
+        key = prompt_key(prompt)
+        tokens, logprobs = [], []
+        if echo:
+            tokens = prompt_tokens(prompt)
+            prompt_lp = self._logprob_fn(b"prompt|" + key)
+            logprobs = [None] + [prompt_lp(i) for i in range(1, len(tokens))]
+        output_lp = self._logprob_fn(key)
+        tokens += texts
+        logprobs += [output_lp(i) for i in range(len(texts))]
+        return {"tokens": tokens, "token_logprobs": logprobs,
+                "top_logprobs": [None if lp is None else {t: lp} for t, lp in zip(tokens, logprobs)],
+                "text_offset": None}
 
     async def _generate_one_token(self, key: bytes, input_len: int) -> None:
         request = SimRequest(input_len=input_len, max_tokens=1, token_text=self._token_text_fn(key, 0.0, None))
@@ -215,6 +241,8 @@ class SimServer:
             max_tokens = _int_field(body, "max_tokens", 16, minimum=1)
             temperature = 1.0 if body.get("temperature") is None else float(body["temperature"])
             seed = body.get("seed")
+            logprobs = body.get("logprobs")
+            echo = bool(body.get("echo", False))
         except (BadRequest, ValueError, TypeError) as exc:
             return _error(400, str(exc))
         stream = bool(body.get("stream", False))
@@ -233,8 +261,10 @@ class SimServer:
             texts = []
             while not request.finished:
                 texts.append((await request.events.get()).text)
-            choice = {"index": 0, "text": "".join(texts), "logprobs": None, "finish_reason": "length",
-                      "matched_stop": None}
+            block = self._logprobs_block(prompt, texts, echo) if logprobs else None
+            prefix = (prompt if isinstance(prompt, str) else "") if echo else ""
+            choice = {"index": 0, "text": prefix + "".join(texts), "logprobs": block,
+                      "finish_reason": "length", "matched_stop": None}
             return web.json_response({**head, "choices": [choice], "usage": usage})
         finally:
             if not request.finished:

@@ -51,7 +51,7 @@ def test_ssh_sweep_matches_a_local_run_in_form_and_keeps_secrets_out(ssh_cli, ss
     assert cli.run("leaderboard", "r1", "--csv", "r1.csv").returncode == 0
     frame = pd.read_csv(cli.workdir / "r1.csv")
     kinds = levels_and_kinds(frame)
-    assert kinds["triton/none/8/8"] == "garbage_output"
+    assert kinds["triton/none/8/8"] == "bad_output"
     assert kinds["marlin/deepep/8/8"] == "unsupported"
     assert kinds["marlin/none/8/4"] == "constraint"
     assert kinds["marlin/none/1/8"] == ""

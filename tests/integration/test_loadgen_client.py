@@ -20,6 +20,7 @@ from sweeper.loadgen.client import (
     complete,
     complete_once,
     new_session,
+    is_stalled,
     run_closed_loop,
     run_level,
     run_open_loop,
@@ -424,6 +425,15 @@ def test_stalled_stream_fails_as_stalled(serve):
     assert [s.error for s in samples] == ["stalled: no data for 0.3 s"] * 2
     assert all(s.end - s.start < 1.5 for s in samples)  # not the whole 2 s stall
     assert m["invalid_reasons"][0] == "2 of 2 requests failed: stalled: no data for 0.3 s"
+
+
+def test_a_stalled_request_stops_the_level_sending_more(serve):
+    """A hung server (an NCCL collective stuck mid-load) must not cost one stall timeout per
+    remaining request: after the first stall no new request is sent."""
+    server = serve(stall_after=2, stall_s=2.0)
+    options = StreamOptions(timeout_s=30, stall_timeout_s=0.3)
+    run = run_level(server.base_url, MODEL, build_prompt_token_ids(12, 8, seed=13), 6, 2, options=options)
+    assert len(run.samples) == 2 and all(is_stalled(s) for s in run.samples)  # the two in flight, no more
 
 
 def test_lagging_client_loop_makes_the_level_invalid(serve):
