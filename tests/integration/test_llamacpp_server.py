@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sweeper.config import HostSpec, Launch, OutputCheck, parse_space
+from sweeper.correctness import OutputSample
 from sweeper.engines.llamacpp import LLAMACPP_INFO, LlamaCppEngine
 from sweeper.hosts.local import LocalHost
 from sweeper.hosts.procfs import live_group_members
@@ -47,21 +48,6 @@ def space_for(model, fixed: str = "{}"):
 
 def free_port(host) -> int:
     return next(p for p in range(34000, 35000, 10) if host.port_is_free(p))
-
-
-def hold_a_free_port(host) -> tuple[socket.socket, int]:
-    """A socket bound to a port the host calls free: an earlier test's server port can linger in
-    TIME_WAIT, which the host's check allows and a plain bind does not."""
-    for port in range(34005, 35000, 10):
-        if not host.port_is_free(port):
-            continue
-        holder = socket.socket()
-        try:
-            holder.bind(("127.0.0.1", port))
-            return holder, port
-        except OSError:
-            holder.close()
-    raise AssertionError("no free port in 34005-34995")
 
 
 def start(host, tmp_path, space, port, config=None):
@@ -109,7 +95,9 @@ def test_a_broken_config_is_classified_from_the_log_within_two_seconds(host, tmp
 
 
 def test_a_busy_port_is_the_servers_own_bind_error(host, tmp_path, llama_env, tiny_gguf):
-    holder, port = hold_a_free_port(host)  # bound, not listening: the health probe is refused at once
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))  # bound, not listening: the health probe is refused at once
+    port = holder.getsockname()[1]  # the kernel's pick: never a port another socket holds
     try:
         proc, verdict, seconds = start_and_wait(host, tmp_path, space_for(tiny_gguf), port)
         stop(host, proc, port, FAST.stop_grace_s)
@@ -127,14 +115,19 @@ def test_a_good_config_is_ready_and_the_check_modes_behave(host, tmp_path, llama
     try:
         assert isinstance(verdict, Ready), verdict
         url = host.base_url(port)
-        text, failure = check_output(url, space.model, OutputCheck(mode="none", max_tokens=8), None)
-        assert failure is None and text
-        again, _ = check_output(url, space.model, OutputCheck(mode="none", max_tokens=8), "other")
-        assert again == text  # greedy and the same server: the same tokens
-        _, failure = check_output(url, space.model, OutputCheck(mode="reference-only", max_tokens=8), None)
+        def check(mode):
+            return OutputCheck(mode=mode, max_tokens=8, prompts=["The capital of France is"])
+
+        samples, failure = check_output(url, space.model, check("none"), None, tmp_path)
+        assert failure is None and samples[0].text
+        again, _ = check_output(url, space.model, check("none"), None, tmp_path)
+        assert again[0].text == samples[0].text  # greedy and the same server: the same tokens
+        _, failure = check_output(url, space.model, check("reference-only"), None, tmp_path)
         assert failure is None  # no reference yet: nothing to compare, no garbage detector
-        _, failure = check_output(url, space.model, OutputCheck(mode="reference-only", max_tokens=8), text + "x")
-        assert failure is not None and failure.kind == "garbage_output"
+        other = [OutputSample("The capital of France is", " zz" * 8)]
+        _, failure = check_output(url, space.model, check("reference-only"), other, tmp_path)
+        assert failure is not None and failure.kind == "bad_output"
+        assert (tmp_path / "output_check.json").is_file()
     finally:
         stop(host, proc, port, FAST.stop_grace_s)
     assert live_group_members(proc.pgid) == []
