@@ -282,7 +282,9 @@ def worker(
                 console.print(f"[{prefix}] recovery: {note}", highlight=False, markup=False)
             with interrupts_as_keyboard():
                 ran = run_worker(handle, connected, book, new_holder_id(), gpu_set, options, WorkerEvents(prefix),
-                                 seed, parse_duration(time_budget) if time_budget else None)
+                                 seed, parse_duration(time_budget) if time_budget else None,
+                                 notify=lambda note: console.print(f"[{prefix}] recovery: {note}",
+                                                                   highlight=False, markup=False))
             console.print(f"[{prefix}] done: {ran} trials run here", highlight=False, markup=False)
         except KeyboardInterrupt:
             err.print(f"[{prefix}] interrupted: the server was stopped and the trial recorded", highlight=False,

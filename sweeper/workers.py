@@ -21,7 +21,7 @@ import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -144,9 +144,9 @@ class SharedGate:
     """The hooks make_objective calls in a shared study: admit (claim or duplicate) and hold (leases)."""
 
     def __init__(self, handle: StudyHandle, host: Host, book: LeaseBook, holder: str, gpu_set: str | None,
-                 options: WorkerOptions, events: SweepEvents):
+                 options: WorkerOptions, events: SweepEvents, notify: Callable[[str], None] = lambda note: None):
         self.handle, self.host, self.book, self.holder = handle, host, book, holder
-        self.gpu_set, self.options, self.events = gpu_set, options, events
+        self.gpu_set, self.options, self.events, self.notify = gpu_set, options, events, notify
         self.keeper: LeaseKeeper | None = None
 
     def admit(self, trial: optuna.Trial, config: Mapping[str, Any], key: str) -> FrozenTrial | None:
@@ -182,9 +182,13 @@ class SharedGate:
         grants = keeper.acquire(slots, info)
         trial.set_user_attr("slots", slots)
         try:
-            for grant in grants:
+            for grant in grants:  # an expired lease: its dead holder's server may still run
                 if proc := (grant.previous or {}).get("server"):
-                    self.host.stop_group(ServerProcess.from_dict(proc), handle.space.launch.stop_grace_s)
+                    report = self.host.stop_group(ServerProcess.from_dict(proc), handle.space.launch.stop_grace_s)
+                    if report.was_running:
+                        self.notify(f"took over the expired lease on {grant.slot}: stopped the server of trial "
+                                    f"{grant.previous.get('trial')} of {grant.previous.get('study')} "
+                                    f"(pgid {proc['pgid']}, {report.signal})")
             self.keeper = keeper
             yield slot_host_spec(spec, self.gpu_set, visible)
         finally:
@@ -202,14 +206,14 @@ class SharedGate:
 
 def run_worker(handle: StudyHandle, host: Host, book: LeaseBook, holder: str, gpu_set: str | None,
                options: WorkerOptions, events: SweepEvents, sampler_seed: int | None = None,
-               time_budget_s: float | None = None) -> int:
+               time_budget_s: float | None = None, notify: Callable[[str], None] = lambda note: None) -> int:
     """Run trials on one host slot until the study's budget is spent (by all workers together),
     the sampler proposes nothing new for a long while, or the time budget passes. Returns the
     number of trials this worker ran."""
     study = handle.study
     name = study.user_attrs.get("sampler", handle.space.search.sampler)
     study.sampler = build_sampler(handle.space, handle.budget, name, sampler_seed)
-    gate = SharedGate(handle, host, book, holder, gpu_set, options, events)
+    gate = SharedGate(handle, host, book, holder, gpu_set, options, events, notify)
     objective = make_objective(handle, host, events, gate=gate)
     started, ran = time.monotonic(), 0
     cap = handle.budget * 20 + 20  # duplicates are free, but an exhausted space must end
