@@ -51,6 +51,28 @@ class Grant:
     previous: dict | None
 
 
+@contextmanager
+def schema_lock(url: str) -> Iterator[None]:
+    """Serialise the creation of Optuna's tables: two controllers starting on an empty database
+    would both CREATE TYPE and one would fail."""
+    engine = sqlalchemy.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _lock_key("sweeper-schema")})
+            conn.commit()
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _lock_key("sweeper-schema")})
+                conn.commit()
+    finally:
+        engine.dispose()
+
+
+def _lock_key(name: str) -> int:
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+
+
 class LeaseBook:
     def __init__(self, url: str, grace_s: float):
         if not url.startswith("postgresql"):
@@ -107,7 +129,7 @@ class LeaseBook:
     @contextmanager
     def study_lock(self, study_name: str) -> Iterator[None]:
         """Serialise claim decisions of one study across every controller (a session advisory lock)."""
-        key = int.from_bytes(hashlib.sha256(f"sweeper-study:{study_name}".encode()).digest()[:8], "big", signed=True)
+        key = _lock_key(f"sweeper-study:{study_name}")
         with self.engine.connect() as conn:
             conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
             conn.commit()

@@ -22,6 +22,7 @@ from sweeper.engines.flags import flag_problems, parse_help_flags
 from sweeper.errors import InfraError, UserError
 from sweeper.hosts import Host, ServerProcess
 from sweeper.hosts.procfs import read_stat
+from sweeper.leases import schema_lock
 from sweeper.record import ABANDONED, constraint_values, judge_level, objective_value, outcome_attrs
 from sweeper.results.leaderboard import best_trial, is_evaluation, is_feasible
 from sweeper.results.provenance import engine_provenance
@@ -57,7 +58,7 @@ def open_storage(url: str, heartbeat_s: float = 30, grace_s: float = 600,
     elif url.startswith("postgresql"):
         engine_kwargs = {"pool_pre_ping": True}
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), schema_lock(url) if url.startswith("postgresql") else nullcontext():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_s,
                                               grace_period=grace_s, heartbeat_stale_trial_callback=stale_callback)

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -102,6 +103,13 @@ def slot_host_spec(spec: HostSpec, gpu_set: str | None, visible: str | None) -> 
 
 # ---------------------------------------------------------------- storage callbacks
 
+def fail_stale(study: optuna.Study) -> None:
+    """Fail the RUNNING trials whose worker stopped beating (Optuna calls retry_stale_trial for each)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+
+
 def retry_stale_trial(study: optuna.Study, trial: FrozenTrial) -> None:
     """Optuna's heartbeat_stale_trial_callback: a dead worker's trial runs again (at most
     MAX_RETRIES times), with the same `retry_of` / `attempt` attrs an infrastructure fault gets."""
@@ -113,7 +121,7 @@ def recover_shared(study: optuna.Study, book: LeaseBook, host: Host, host_name: 
     trials a Ctrl-C interrupted (once, under the study lock), and stop the servers failed trials left
     on this host. stop_group signals only a process whose start time and run token match the record,
     so a server that already exited or a reused PID is never touched."""
-    optuna.storages.fail_stale_trials(study)
+    fail_stale(study)
     notes = []
     with book.study_lock(study.study_name):
         trials = study.get_trials(deepcopy=False)
@@ -167,7 +175,7 @@ class SharedGate:
             if verdict == "spent":
                 trial.set_user_attr("over_budget", True)
                 raise BudgetSpent()
-            optuna.storages.fail_stale_trials(study)  # a dead worker's claim must not hold us forever
+            fail_stale(study)  # a dead worker's claim must not hold us forever
             time.sleep(self.options.poll_s)
 
     @contextmanager
@@ -224,7 +232,7 @@ def run_worker(handle: StudyHandle, host: Host, book: LeaseBook, holder: str, gp
         if state == "spent":
             break
         if state == "wait":
-            optuna.storages.fail_stale_trials(study)
+            fail_stale(study)
             time.sleep(options.poll_s)
             continue
         try:

@@ -52,16 +52,24 @@ class PgCluster:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
+    def stop(self) -> None:
+        self.pg_ctl("stop", "-m", "fast", "-w")  # by its data folder, never by process name
+        shutil.rmtree(self.data_dir.parent, ignore_errors=True)
+
     def pg_ctl(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([*self.run_as, str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), *args],
                               capture_output=True, text=True, timeout=120)
 
 
+class NoPostgres(RuntimeError):
+    pass
+
+
 def start_cluster() -> PgCluster:
+    """A running private cluster (also used by bench/parallel.py); NoPostgres when not installed."""
     bin_dir = find_pg_bin()
     if bin_dir is None:
-        pytest.skip("PostgreSQL is not installed (make test-deps installs it)")
-    pytest.importorskip("psycopg", reason="pip install -e '.[test]' installs psycopg")
+        raise NoPostgres("PostgreSQL is not installed (make test-deps installs it)")
     root = Path(tempfile.mkdtemp(prefix="sweeper-pg-"))
     data = root / "data"
     run_as: tuple[str, ...] = ()
@@ -84,10 +92,13 @@ def start_cluster() -> PgCluster:
 
 @pytest.fixture(scope="session")
 def pg_cluster() -> PgCluster:
-    cluster = start_cluster()
+    pytest.importorskip("psycopg", reason="pip install -e '.[test]' installs psycopg")
+    try:
+        cluster = start_cluster()
+    except NoPostgres as exc:
+        pytest.skip(str(exc))
     yield cluster
-    cluster.pg_ctl("stop", "-m", "fast", "-w")  # by its data folder, never by process name
-    shutil.rmtree(cluster.data_dir.parent, ignore_errors=True)
+    cluster.stop()
 
 
 @pytest.fixture
