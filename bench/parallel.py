@@ -32,7 +32,9 @@ SPACE = """\
 name: parallel-bench
 engine: sim
 model: deepseek-ai/DeepSeek-V4-Flash
-fixed_flags: {{--time-scale: {scale}, --load-seconds: {load}, --disable-cuda-graph: true, --noise: 0.0}}
+fixed_flags: {{--time-scale: {scale}, --load-seconds: {load}, --disable-cuda-graph: true, --noise: 0.0,
+              --tp-size: 8, --mem-fraction-static: 0.85}}
+fixed_env: {{SGL_FORCE_SHUTDOWN: "1"}}
 parameters:
   chunked_prefill_size: {{type: categorical, choices: [{choices}], flag: --chunked-prefill-size}}
 workload: {{input_len: 32, output_len: 8, concurrency: [1, 2], min_rounds: 1, warmup_rounds: 0}}
@@ -65,8 +67,16 @@ def run_once(folder: Path, url: str, space: Path, count: int, trials: int) -> tu
     wall = time.monotonic() - started
     if done.returncode != 0:
         raise SystemExit(f"sweep failed ({count} hosts): {done.stderr[-2000:]}")
-    evaluations = sum(1 for t in optuna.load_study(study_name=study, storage=url).get_trials() if is_evaluation(t))
-    return wall, evaluations
+    trials = optuna.load_study(study_name=study, storage=url).get_trials()
+    if os.environ.get("BENCH_TIMELINE"):
+        t0 = min(t.datetime_start for t in trials if t.datetime_start)
+        for t in trials:
+            if t.datetime_start:
+                end = (t.datetime_complete - t0).total_seconds() if t.datetime_complete else None
+                print(f"  trial {t.number} {t.user_attrs.get('host')} {t.state.name} "
+                      f"{(t.datetime_start - t0).total_seconds():.1f}..{end} {t.params} "
+                      f"{'dup' if 'duplicate_of' in t.user_attrs else ''} {t.user_attrs.get('stage_seconds', '')}")
+    return wall, sum(1 for t in trials if is_evaluation(t))
 
 
 def main() -> None:

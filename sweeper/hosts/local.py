@@ -105,6 +105,7 @@ class LocalHost:
 
     def port_is_free(self, port: int) -> bool:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: TIME_WAIT is free
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
