@@ -53,8 +53,9 @@ def hosts_file(folder: Path, count: int) -> Path:
     return path
 
 
-def run_once(folder: Path, url: str, space: Path, count: int, trials: int) -> tuple[float, int]:
-    """Wall seconds from `sweeper sweep` to its exit, and the evaluations the study recorded."""
+def run_once(folder: Path, url: str, space: Path, count: int, trials: int) -> dict:
+    """Wall seconds from `sweeper sweep` to its exit; the span from the first launch to the last
+    trial's end; start-up (command to first trial) and tail (last trial to exit); evaluations."""
     hosts = hosts_file(folder, count)
     study = f"par-{count}-{int(time.time())}"
     argv = [sys.executable, "-m", "sweeper.cli", "sweep", str(space), "--hosts", str(hosts), "--storage", url,
@@ -62,9 +63,9 @@ def run_once(folder: Path, url: str, space: Path, count: int, trials: int) -> tu
     for i in range(count):
         argv += ["--host", f"h{i}"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    started = time.monotonic()
+    started = time.time()
     done = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=3600)
-    wall = time.monotonic() - started
+    ended = time.time()
     if done.returncode != 0:
         raise SystemExit(f"sweep failed ({count} hosts): {done.stderr[-2000:]}")
     trials = optuna.load_study(study_name=study, storage=url).get_trials()
@@ -76,7 +77,10 @@ def run_once(folder: Path, url: str, space: Path, count: int, trials: int) -> tu
                 print(f"  trial {t.number} {t.user_attrs.get('host')} {t.state.name} "
                       f"{(t.datetime_start - t0).total_seconds():.1f}..{end} {t.params} "
                       f"{'dup' if 'duplicate_of' in t.user_attrs else ''} {t.user_attrs.get('stage_seconds', '')}")
-    return wall, sum(1 for t in trials if is_evaluation(t))
+    first = min(t.datetime_start.timestamp() for t in trials if t.datetime_start)
+    last = max(t.datetime_complete.timestamp() for t in trials if t.datetime_complete)
+    return {"hosts": count, "wall": ended - started, "span": last - first, "startup": first - started,
+            "tail": ended - last, "evaluations": sum(1 for t in trials if is_evaluation(t))}
 
 
 def main() -> None:
@@ -94,16 +98,21 @@ def main() -> None:
     try:
         rows = []
         for count in (int(c) for c in args.hosts.split(",")):
-            wall, evaluations = run_once(folder, cluster.create_database(), space, count, args.trials)
-            rows.append((count, wall, evaluations, evaluations / wall * 3600))
-            print(f"{count} hosts: {evaluations} evaluations in {wall:.1f} s = {rows[-1][3]:.0f} trials/hour",
-                  flush=True)
+            row = run_once(folder, cluster.create_database(), space, count, args.trials)
+            row["per_hour"] = row["evaluations"] / row["wall"] * 3600
+            row["span_per_hour"] = row["evaluations"] / row["span"] * 3600
+            rows.append(row)
+            print(f"{count} hosts: {row['evaluations']} evaluations in {row['wall']:.1f} s = {row['per_hour']:.0f} "
+                  f"trials/hour (trials alone {row['span_per_hour']:.0f}/hour)", flush=True)
     finally:
         cluster.stop()
-    base = rows[0][3]
-    print("\n| hosts | evaluations | wall s | trials/hour | speed-up |\n|---|---|---|---|---|")
-    for count, wall, evaluations, per_hour in rows:
-        print(f"| {count} | {evaluations} | {wall:.1f} | {per_hour:.0f} | {per_hour / base:.2f}x |")
+    base, span_base = rows[0]["per_hour"], rows[0]["span_per_hour"]
+    print("\n| hosts | evaluations | wall s | start-up s | tail s | trials/hour | speed-up | trials/hour, launches only | speed-up |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['hosts']} | {r['evaluations']} | {r['wall']:.1f} | {r['startup']:.1f} | {r['tail']:.1f} | "
+              f"{r['per_hour']:.0f} | {r['per_hour'] / base:.2f}x | {r['span_per_hour']:.0f} | "
+              f"{r['span_per_hour'] / span_base:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -309,6 +309,9 @@ def resume(
     with user_errors():
         optuna_study = load_study(study, results, storage)
         attrs = optuna_study.user_attrs
+        if "hosts" in attrs:  # a shared study: workers, leases and claims, not one controller
+            raise UserError(f"study {study!r} runs on several hosts: continue it with "
+                            f"`sweeper worker {study} --host HOST --storage ...` for each of {', '.join(attrs['hosts'])}")
         space = check_space_unchanged(attrs)
         if controller_alive(attrs.get("controller")):
             raise UserError(f"study {study!r} is being run by pid {attrs['controller']['pid']}; "

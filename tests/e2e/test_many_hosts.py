@@ -206,3 +206,27 @@ def test_two_controllers_on_one_host_never_run_two_servers_at_once(many, pg_url)
     spans = server_lifetimes(many.journals["a"])
     assert len(spans) >= 6
     assert overlaps(spans) == [], "two servers ran on host a at once"
+
+
+def test_gpu_sets_run_two_small_configs_side_by_side_on_disjoint_gpus(many, pg_url):
+    from tests.e2e.conftest import TINY_SPACE
+
+    hosts = yaml.safe_load((many.workdir / "hosts.yaml").read_text())
+    hosts["hosts"]["a"]["gpu_sets"] = ["0,1,2,3", "4,5,6,7"]
+    (many.workdir / "hosts.yaml").write_text(yaml.safe_dump(hosts))
+    (many.workdir / "sets.yaml").write_text(TINY_SPACE + "gpus: tp_size\n")
+    result = many.run("sweep", "sets.yaml", "--host", "a", "--storage", pg_url, "--study", "g1", "--trials", "8",
+                      *FAST, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "2 workers on a" in result.stdout
+    study = load(pg_url, "g1")
+    evaluations = check_budget_spent_once(study, 8)
+    for t in evaluations:  # the slots a config leased follow from its tp_size
+        assert len(t.user_attrs["slots"]) == (1 if t.params["tp_size"] == 4 else 2), t.user_attrs["slots"]
+    events = [json.loads(line) for line in many.journals["a"].read_text().splitlines()]
+    gpus = {e["pid"]: set(map(int, e["gpus"].split(","))) for e in events if e["event"] == "start"}
+    spans = server_lifetimes(many.journals["a"])
+    for i, (start, stop, pid) in enumerate(spans):
+        for other_start, other_stop, other in spans[i + 1:]:
+            if other_start < stop:  # ran at the same time: only on disjoint GPU sets
+                assert not gpus[pid] & gpus[other], (gpus[pid], gpus[other])
