@@ -200,13 +200,11 @@ def _sweep_many(space_file: Path, space: Space, hosts: Path, host_names: list[st
     argvs = [worker_argv(name, str(hosts.resolve()), h, str(results.resolve()), gpu_set, seed, time_budget)
              for h in host_names for gpu_set in (known[h].gpu_sets or [None])]
     console.print(f"study [bold]{name}[/]: {len(argvs)} workers on {', '.join(host_names)}")
-    try:
-        with interrupts_as_keyboard():
-            codes = run_worker_processes(argvs, storage)
-    except KeyboardInterrupt:
-        err.print(f"[yellow]interrupted:[/] every worker stopped its server and recorded its trial. "
-                  f"Continue with: sweeper worker {name} --host HOST (README \"Many hosts\")")
-        raise typer.Exit(130) from None
+    codes = run_worker_processes(argvs, storage)
+    if 130 in codes:
+        err.print(f"[yellow]interrupted:[/] each worker stopped its server and recorded its trial. "
+                  f"Continue with: sweeper worker {name} --host HOST --storage ... (README \"Many hosts\")")
+        raise typer.Exit(130)
     console.print(format_leaderboard_table(load_study(name, results, storage), top))
     if any(codes):
         raise UserError(f"{sum(1 for c in codes if c)} of {len(codes)} workers failed (exit codes {codes})")
@@ -259,18 +257,15 @@ def worker(
         if gpu_set is None and host_spec.gpu_sets:
             argvs = [worker_argv(study, str(hosts.resolve()), host, str(results.resolve()), s, seed, time_budget)
                      for s in host_spec.gpu_sets]
-            try:
-                with interrupts_as_keyboard():
-                    codes = run_worker_processes(argvs, storage)
-            except KeyboardInterrupt:
-                raise typer.Exit(130) from None
-            raise typer.Exit(max(codes, default=0))
+            codes = run_worker_processes(argvs, storage)
+            raise typer.Exit(130 if 130 in codes else max(codes, default=0))
         if gpu_set is not None and gpu_set not in host_spec.gpu_sets:
             raise UserError(f"--gpu-set {gpu_set!r}: not one of host {host!r}'s gpu_sets ({host_spec.gpu_sets or 'none'})")
         options = WorkerOptions(heartbeat_s=float(attrs.get("heartbeat_s", 30)), grace_s=float(attrs.get("grace_s", 600)))
         rdb = open_storage(storage, options.heartbeat_s, options.grace_s, retry_stale_trial)
         import optuna
 
+        optuna.logging.set_verbosity(optuna.logging.ERROR)  # no tracebacks for interrupted or retried trials
         optuna_study = optuna.load_study(study_name=study, storage=rdb)
         space = parse_space(attrs["space_text"], f"{attrs['space_path']} (copy stored in the study)")
         handle = StudyHandle(optuna_study, space, host, host_spec, results)

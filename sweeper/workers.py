@@ -267,20 +267,26 @@ def worker_argv(study: str, hosts_file: str, host: str, results: str, gpu_set: s
 
 
 def run_worker_processes(argvs: list[list[str]], storage: str) -> list[int]:
-    """Start one worker process per argv and wait for all; SIGTERM or Ctrl-C reaches each of them
-    (Ctrl-C through the terminal's process group, SIGTERM forwarded by pid), and each stops its own
-    server. Returns their exit codes."""
+    """Start one worker process per argv and wait for all; returns their exit codes (130: a worker
+    was interrupted and stopped its server). Ctrl-C in the terminal reaches every worker through the
+    process group, so this process only keeps waiting; SIGTERM or SIGHUP to it is forwarded once, by
+    pid. Never a second signal: it could cut short a worker's stop of its server."""
     env = {**os.environ, STORAGE_VAR: storage}
     procs = [subprocess.Popen(argv, env=env) for argv in argvs]
+    forwarded = False
+
+    def forward(signum, frame) -> None:
+        nonlocal forwarded
+        if not forwarded:
+            forwarded = True
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+
+    handlers = {signal.SIGTERM: forward, signal.SIGHUP: forward, signal.SIGINT: lambda signum, frame: None}
+    previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
     try:
         return [proc.wait() for proc in procs]
-    except BaseException:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        raise
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

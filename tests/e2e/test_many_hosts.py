@@ -20,7 +20,7 @@ from optuna.trial import TrialState
 
 from sweeper.hosts.procfs import live_group_members
 from sweeper.results.leaderboard import is_evaluation
-from tests.e2e.conftest import wait_until
+from tests.e2e.conftest import TINY_SPACE, wait_until
 from tests.sshd import start_sshd
 
 pytestmark = pytest.mark.slow
@@ -129,6 +129,15 @@ def running_on(url: str, name: str, host: str):
     return None
 
 
+def launched_on(url: str, name: str, host: str):
+    """A RUNNING trial of `host` whose server is up or starting."""
+    try:
+        trials = load(url, name).get_trials(states=(TrialState.RUNNING,))
+    except KeyError:
+        return None
+    return next((t for t in trials if t.user_attrs.get("host") == host and "process" in t.user_attrs), None)
+
+
 def lease_holder_pid(url: str, slot: str) -> int:
     from sweeper.leases import LeaseBook
 
@@ -209,8 +218,6 @@ def test_two_controllers_on_one_host_never_run_two_servers_at_once(many, pg_url)
 
 
 def test_gpu_sets_run_two_small_configs_side_by_side_on_disjoint_gpus(many, pg_url):
-    from tests.e2e.conftest import TINY_SPACE
-
     hosts = yaml.safe_load((many.workdir / "hosts.yaml").read_text())
     hosts["hosts"]["a"]["gpu_sets"] = ["0,1,2,3", "4,5,6,7"]
     (many.workdir / "hosts.yaml").write_text(yaml.safe_dump(hosts))
@@ -230,3 +237,33 @@ def test_gpu_sets_run_two_small_configs_side_by_side_on_disjoint_gpus(many, pg_u
         for other_start, other_stop, other in spans[i + 1:]:
             if other_start < stop:  # ran at the same time: only on disjoint GPU sets
                 assert not gpus[pid] & gpus[other], (gpus[pid], gpus[other])
+
+
+def test_ctrl_c_stops_every_workers_server_and_a_later_worker_requeues_the_trials(many, pg_url):
+    (many.workdir / "slow.yaml").write_text(TINY_SPACE.replace("--load-seconds: 30", "--load-seconds: 400"))
+    sweep = many.start("sweep", "slow.yaml", "--host", "a", "--host", "b", "--storage", pg_url, "--study", "i1",
+                       "--trials", "6", *FAST)
+    try:
+        def both_serving():
+            assert sweep.poll() is None, "the sweep ended before both hosts served"
+            found = [launched_on(pg_url, "i1", h) for h in ("a", "b")]
+            return found if all(found) else None
+
+        running = wait_until(both_serving, timeout=240, interval=0.05)
+        os.killpg(sweep.pid, signal.SIGINT)  # what Ctrl-C in the terminal does: the whole group
+        out, err = sweep.communicate(timeout=120)
+    finally:
+        if sweep.poll() is None:
+            os.killpg(sweep.pid, signal.SIGKILL)
+    assert sweep.returncode == 130, err[-2000:]
+    assert "interrupted" in err and "Traceback" not in err, err[-2000:]
+    for trial in running:
+        assert live_group_members(trial.user_attrs["process"]["pgid"]) == []
+        recorded = load(pg_url, "i1").trials[trial.number]
+        assert recorded.state == TrialState.FAIL and recorded.user_attrs.get("interrupted")
+    later = subprocess.run(many.argv("worker", "i1", "--host", "c"), cwd=many.workdir, capture_output=True,
+                           text=True, timeout=600, env={**many.env, "SWEEPER_STORAGE": pg_url})
+    assert later.returncode == 0, later.stderr[-2000:]
+    for trial in running:
+        assert f"interrupted trial {trial.number} queued to run again" in later.stdout
+    check_budget_spent_once(load(pg_url, "i1"), 6)
