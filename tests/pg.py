@@ -74,7 +74,11 @@ def start_cluster() -> PgCluster:
     data = root / "data"
     run_as: tuple[str, ...] = ()
     if os.geteuid() == 0:
-        user = pwd.getpwnam(CLUSTER_USER)  # Debian's postgresql package creates it
+        try:
+            user = pwd.getpwnam(CLUSTER_USER)  # Debian's postgresql package creates it
+        except KeyError:
+            raise NoPostgres(f"running as root, initdb needs an unprivileged user {CLUSTER_USER!r}; "
+                             "none exists (apt-get install postgresql creates it)") from None
         os.chown(root, user.pw_uid, user.pw_gid)
         run_as = ("runuser", "-u", CLUSTER_USER, "--")
     subprocess.run([*run_as, str(bin_dir / "initdb"), "-D", str(data), "-U", CLUSTER_USER, "--auth=trust",
