@@ -26,8 +26,10 @@ def main() -> int:
     parser.add_argument("--output-len", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--levels", default="1,4,16,64")
+    parser.add_argument("--client", default="aiohttp", help="of aiohttp (as shipped), aiohttp-close, aiohttp-uvloop")
     args = parser.parse_args()
     print(machine_note())
+    print(f"client: {args.client}")
     print(f"truth: TTFT {args.ttft_ms} ms, gap {args.gap_ms} ms, {args.output_len} tokens/request")
     print("| C | nominal tok/s | truth tok/s | measured tok/s | error | truth TTFT | measured TTFT (err) | "
           "truth ITL | measured ITL (err) | client lag p99 | server late p99 | valid | within bounds |")
@@ -36,7 +38,7 @@ def main() -> int:
     with refserver(args.ttft_ms, args.gap_ms) as url:
         for c in (int(x) for x in args.levels.split(",")):
             truth = Truth(args.ttft_ms, args.gap_ms, args.output_len, c)
-            m = run_ours(url, c, args.rounds * c, args.output_len)
+            m = run_ours(url, c, args.rounds * c, args.output_len, client=args.client)
             late = server_lateness(url)
             actual = actual_truth(late)
             err = errors_against(m, actual)

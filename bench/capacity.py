@@ -53,7 +53,8 @@ def main() -> int:
     parser.add_argument("--gap-ms", type=float, default=5.0)
     parser.add_argument("--output-len", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--clients", default="aiohttp,httpx")
+    parser.add_argument("--clients", default="aiohttp,httpx",
+                        help="of aiohttp (as shipped), aiohttp-close, aiohttp-uvloop, httpx")
     parser.add_argument("--client-cpu", type=int, default=0)
     parser.add_argument("--server-cpu", type=int, default=1)
     parser.add_argument("--guidellm", default="/tmp/benchvenv/bin/guidellm", help="'' to skip")
@@ -64,8 +65,8 @@ def main() -> int:
     levels = [int(x) for x in args.levels.split(",")]
     best: dict[str, tuple[int, float]] = {}
     print("| client | C | offered tok/s | truth tok/s | measured tok/s | error | TTFT err ms | ITL err ms | "
-          "client lag p99 ms | valid | within bounds |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "client lag p99 ms | client CPU us/token | valid | within bounds |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     with refserver(args.ttft_ms, args.gap_ms, cpu=args.server_cpu) as url:
         for client in args.clients.split(","):
             for c in levels:
@@ -77,7 +78,8 @@ def main() -> int:
                     best[client] = (c, m["output_throughput"])
                 print(f"| {client} | {c} | {c * 1000 / args.gap_ms:.0f} | {truth['output_tok_s']:.0f} | "
                       f"{m['output_throughput']:.0f} | {err['tok_s_err_pct']:+.2f}% | {err['ttft_err_ms']:+.2f} | "
-                      f"{err['itl_err_ms']:+.3f} | {m['client_lag_p99_ms']:.1f} | {m['valid']} | "
+                      f"{err['itl_err_ms']:+.3f} | {m['client_lag_p99_ms']:.1f} | "
+                      f"{m['client_cpu_us_per_token']:.1f} | {m['valid']} | "
                       f"{'yes' if good else 'NO'} |", flush=True)
         for client, (c, rate) in best.items():
             print(f"capacity {client}: {rate:.0f} tok/s at C={c}")
@@ -90,7 +92,7 @@ def main() -> int:
                 err = errors_against(g, truth)
                 print(f"| guidellm | {c} | {c * 1000 / args.gap_ms:.0f} | {truth['output_tok_s']:.0f} | "
                       f"{g['output_throughput']:.0f} | {err['tok_s_err_pct']:+.2f}% | {err['ttft_err_ms']:+.2f} | "
-                      f"{err['itl_err_ms']:+.3f} | - | errored {g['errored']} | "
+                      f"{err['itl_err_ms']:+.3f} | - | - | errored {g['errored']} | "
                       f"{'yes' if within_bounds(err) else 'NO'} |", flush=True)
     return 0
 

@@ -20,7 +20,7 @@ from typing import Iterator
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sweeper.loadgen.client import StreamOptions, run_closed_loop  # noqa: E402
+from sweeper.loadgen.client import StreamOptions, new_session, run_closed_loop  # noqa: E402
 from sweeper.loadgen.metrics import summarize_level  # noqa: E402
 from sweeper.loadgen.workload import build_prompt_token_ids  # noqa: E402
 
@@ -96,22 +96,39 @@ def within_bounds(errors: dict, tok_pct: float = 1.0, ms: float = 0.5) -> bool:
             and abs(errors["itl_err_ms"]) <= ms)
 
 
+CLIENTS = ("aiohttp", "aiohttp-close", "aiohttp-uvloop", "httpx")
+
+
 def run_ours(url: str, concurrency: int, n_requests: int, output_len: int, client: str = "aiohttp",
              input_len: int = 128) -> dict:
-    """One level (after a warmup round) with our aiohttp client or the httpx variant; the
-    reference server's record is reset after the warmup, so its truth covers the level only."""
+    """One level (after a warmup round) with one of CLIENTS: our client as shipped (kept-alive
+    connections), with a new connection per request (aiohttp-close, the earlier client), on uvloop's
+    event loop (aiohttp-uvloop), or the httpx variant. The reference server's record is reset after
+    the warmup, so its truth covers the level only. Adds the client's CPU time per streamed token
+    (this process runs only the client: the server is a subprocess)."""
+    if client not in CLIENTS:
+        raise ValueError(f"unknown client {client!r} (known: {', '.join(CLIENTS)})")
     prompts = build_prompt_token_ids(n_requests, input_len, seed=concurrency)
     warm = build_prompt_token_ids(concurrency, input_len, seed=10_000 + concurrency)
     if client == "httpx":
         from httpx_client import run_closed_loop_httpx as runner  # bench/ is on sys.path
     else:
         async def runner(u, model, p, out, c):
-            return await run_closed_loop(u, model, p, out, c, options=StreamOptions())
-    asyncio.run(runner(url, "ref", warm, output_len, concurrency))
+            async with new_session(keep_alive=client != "aiohttp-close") as session:
+                return await run_closed_loop(u, model, p, out, c, session=session, options=StreamOptions())
+    run_loop = asyncio.run
+    if client == "aiohttp-uvloop":
+        import uvloop
+        run_loop = uvloop.run
+    run_loop(runner(url, "ref", warm, output_len, concurrency))
     server_lateness(url)  # reset: the truth is the measured run's
-    run = asyncio.run(runner(url, "ref", prompts, output_len, concurrency))
-    return summarize_level(run.samples, concurrency, run.duration_s, requested_output_len=output_len,
-                           lag=run.lag)
+    cpu_start = time.process_time()
+    run = run_loop(runner(url, "ref", prompts, output_len, concurrency))
+    cpu_s = time.process_time() - cpu_start
+    m = summarize_level(run.samples, concurrency, run.duration_s, requested_output_len=output_len, lag=run.lag)
+    streamed = sum(s.streamed_tokens for s in run.samples)
+    m["client_cpu_us_per_token"] = 1e6 * cpu_s / streamed if streamed else float("nan")
+    return m
 
 
 def machine_note() -> str:

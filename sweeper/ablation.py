@@ -111,3 +111,26 @@ def summarize_finalists(runs: Sequence[Measured], maximize: bool = True) -> list
                      "mean": mean, "ci95": half})
     sign = 1 if maximize else -1
     return sorted(rows, key=lambda r: (r["mean"] is None, -sign * (r["mean"] or 0)))
+
+
+def summarize_pareto_finalists(runs: Sequence[tuple[str, list[float] | None]]) -> list[dict]:
+    """The Pareto mode: one row per finalist with the mean and 95% CI of both objectives
+    (throughput up, latency down) over its repeats, and whether its means are still on the front
+    of the finalists' means. Front first, then by throughput."""
+    from sweeper.pareto import front_keys
+
+    by_label: dict[str, list[list[float] | None]] = {}
+    for label, values in runs:
+        by_label.setdefault(label, []).append(values)
+    rows = []
+    for label, values in by_label.items():
+        ok = [v for v in values if v is not None]
+        (mean, half), (mean_2, half_2) = ((mean_ci([v[i] for v in ok]) for i in (0, 1)) if ok
+                                          else ((None, None), (None, None)))
+        rows.append({"config": label, "runs": len(values), "failed": len(values) - len(ok),
+                     "mean": mean, "ci95": half, "mean_2": mean_2, "ci95_2": half_2})
+    measured = {r["config"]: (r["mean"], r["mean_2"]) for r in rows if r["mean"] is not None}
+    front = set(front_keys(measured, (True, False)))
+    for row in rows:
+        row["on_front"] = row["config"] in front
+    return sorted(rows, key=lambda r: (not r["on_front"], r["mean"] is None, -(r["mean"] or 0)))

@@ -133,12 +133,12 @@ def _sweep(handle: StudyHandle, host: Host, top: int, seed: int | None = None,
 
 def _open_new_study(space_file: Path, space: Space, hosts: Path, host: str, name: str, results: Path,
                     storage: str | None, budget: int, sampler: str | None,
-                    enqueue_seeds: bool = True) -> tuple[StudyHandle, Host]:
+                    enqueue_seeds: bool = True, space_text: str | None = None) -> tuple[StudyHandle, Host]:
     host_spec = load_host(hosts, host)
     connected = open_host(host, host_spec)  # before the study exists: an unreachable host leaves nothing
     try:
         return create_study(name, space, space_file, host, host_spec, results, storage, budget, sampler,
-                            enqueue_seeds), connected
+                            enqueue_seeds, space_text), connected
     except BaseException:
         connected.close()
         raise
@@ -394,10 +394,13 @@ def show(
 def best(
     study: str = typer.Argument(...),
     script: bool = typer.Option(False, "--script", help="Print a ready-to-run launch script."),
+    trial_number: Optional[int] = typer.Option(None, "--trial", help="This feasible trial instead of the best (e.g. a member of the Pareto front)."),
     storage: Optional[str] = STORAGE_OPT,
     results: Path = RESULTS_OPT,
 ) -> None:
-    """The best feasible config of a study (as a launch script with --script)."""
+    """The best feasible config of a study (as a launch script with --script); in the Pareto mode,
+    the front."""
+    from sweeper.results.leaderboard import chosen_trial, is_pareto_study
     from sweeper.config import HostSpec, parse_space
     from sweeper.results.script import best_launch_script
 
@@ -406,14 +409,17 @@ def best(
         attrs = optuna_study.user_attrs
         space = parse_space(attrs["space_text"], f"{attrs['space_path']} (copy stored in the study)")
         host_spec = HostSpec.model_validate(attrs["host_spec"])
-        text = best_launch_script(optuna_study, space, host_spec)
+        chosen = chosen_trial(optuna_study, trial_number) if trial_number is not None else None
+        text = best_launch_script(optuna_study, space, host_spec, chosen)
         if text is None:
             raise UserError(f"study {study!r} has no feasible trial yet")
         if script:
             typer.echo(text, nl=False)
+        elif is_pareto_study(optuna_study) and chosen is None:
+            console.print(format_leaderboard_table(optuna_study, len(optuna_study.trials), feasible_only=True))
         else:
-            trial = best_trial(optuna_study)
-            console.print(f"trial {trial.number}: {trial.value:.2f}  {trial.params}")
+            trial = chosen or best_trial(optuna_study)
+            console.print(f"trial {trial.number}: {', '.join(f'{v:.2f}' for v in trial.values)}  {trial.params}")
 
 
 @app.command()
@@ -444,11 +450,12 @@ def ablate(
         handle.study.set_user_attr("reference_seed", "baseline")
         enqueue_runs(handle.study, runs, seed_label="baseline")
         _with_progress(handle, connected, lambda events: run_queue(handle, connected, events))
-        maximize = space.objective.direction == "maximize"
-        rows = summarize_ablation([Measured(label, value) for label, value in measured_runs(handle.study)], maximize)
+        goal = space.goals[0]  # the Pareto mode: levers are judged on its throughput objective
+        rows = summarize_ablation([Measured(label, value) for label, value in measured_runs(handle.study)],
+                                  goal.direction == "maximize")
         handle.study.set_user_attr("ablation", rows)
         console.print(format_ablation_table(rows, f"ablation from {baseline} ({repeats} runs each): "
-                                                  f"{space.objective.metric} at C={space.objective_level}"))
+                                                  f"{goal.metric} at C={goal.level}"))
         console.print(f"study [bold]{handle.name}[/] in {handle.dir}")
 
 
@@ -478,17 +485,19 @@ def validate(
     storage: Optional[str] = STORAGE_OPT,
     results: Path = RESULTS_OPT,
 ) -> None:
-    """Re-run the top K configs on fresh servers in interleaved order; declare the winner with its CI."""
+    """Re-run the top K configs on fresh servers in interleaved order; declare the winner with its CI.
+    In the Pareto mode: the front's top K by throughput, both objectives with their CIs."""
     from sweeper.ablation import Measured, summarize_finalists
     from sweeper.config import parse_space
-    from sweeper.results.leaderboard import leaderboard_frame
+    from sweeper.results.leaderboard import is_pareto_study, leaderboard_frame
     from sweeper.results.ablation_table import format_finalists_table
     from sweeper.study import enqueue_runs, measured_runs, run_queue
 
     with user_errors():
         source = load_study(study, results, storage)
         frame = leaderboard_frame(source)
-        finalists = frame[frame["feasible"]].head(top)
+        pareto = is_pareto_study(source)
+        finalists = frame[frame["on_front"] if pareto else frame["feasible"]].head(top)
         if finalists.empty:
             raise UserError(f"study {study!r} has no feasible trial to validate")
         attrs = source.user_attrs
@@ -497,11 +506,17 @@ def validate(
         labels = {f"trial {int(n)}": dict(by_number[int(n)].params) for n in finalists["trial"]}
         runs = [(label, params) for _ in range(repeats) for label, params in labels.items()]
         name = f"{study}-validate-{datetime.now():%Y%m%d-%H%M%S}"
+        # The study's stored copy of the space, never the file (it may have changed or gone).
         handle, connected = _open_new_study(Path(attrs["space_path"]), space, hosts, attrs["host_name"], name,
-                                            results, storage, len(runs), "random", enqueue_seeds=False)
+                                            results, storage, len(runs), "random", enqueue_seeds=False,
+                                            space_text=attrs["space_text"])
         handle.study.set_user_attr("reference_text", attrs.get("reference_text"))
+        handle.study.set_user_attr("reference_samples", attrs.get("reference_samples"))
         enqueue_runs(handle.study, runs)
         _with_progress(handle, connected, lambda events: run_queue(handle, connected, events))
+        if pareto:
+            _report_pareto_finalists(source, handle.study, list(labels), repeats)
+            return
         maximize = space.objective.direction == "maximize"
         rows = summarize_finalists([Measured(label, value) for label, value in measured_runs(handle.study)], maximize)
         source.set_user_attr("validation", {"study": name, "rows": rows})
@@ -517,6 +532,26 @@ def validate(
                       f"± {winner['ci95']:.2f} (95% CI)")
 
 
+def _report_pareto_finalists(source, validation, original: list[str], repeats: int) -> None:
+    """Both objectives of each re-run front member with 95% CIs, and which members the re-measured
+    means keep on the front."""
+    from sweeper.ablation import summarize_pareto_finalists
+    from sweeper.results.ablation_table import format_pareto_finalists_table
+    from sweeper.study import measured_values
+
+    rows = summarize_pareto_finalists(measured_values(validation))
+    source.set_user_attr("validation", {"study": validation.study_name, "rows": rows, "mode": "pareto"})
+    names = tuple(source.metric_names or ("objective 1", "objective 2"))
+    console.print(format_pareto_finalists_table(rows, names, f"Pareto front of {source.study_name}: "
+                                                             f"{len(original)} members, {repeats} fresh runs each"))
+    kept = [row["config"] for row in rows if row["on_front"]]
+    if not kept:
+        raise UserError("every finalist failed on re-run; see the validation study's trials")
+    if dropped := [label for label in original if label not in kept]:
+        console.print(f"[yellow]front changed:[/] {', '.join(dropped)} dominated or failed on re-run")
+    console.print(f"front after re-run: {', '.join(kept)} (means; see the 95% CIs before choosing)")
+
+
 @sim_app.command("best")
 def sim_best(
     space_file: Path = typer.Argument(..., help="Search-space YAML file (engine: sim)."),
@@ -524,11 +559,15 @@ def sim_best(
     storage: Optional[str] = STORAGE_OPT,
     results: Path = RESULTS_OPT,
 ) -> None:
-    """The simulator's exact optimum for a space, from its performance model."""
+    """The simulator's exact optimum for a space, from its performance model (with two
+    objectives: its exact Pareto front)."""
     from sweeper.sim.best import best_config, modelled_objective
 
     with user_errors():
         space = load_space(space_file)
+        if space.is_pareto:
+            _print_modelled_front(space)
+            return
         result = best_config(space)
         table = Table(title=f"simulator optimum of {space.name} ({result.feasible} feasible of {result.total} configs)")
         table.add_column("parameter")
@@ -536,15 +575,33 @@ def sim_best(
         for name, value in result.config.items():
             table.add_row(name, str(value))
         console.print(table)
-        console.print(f"modelled {space.objective.metric} at C={space.objective_level}: "
+        console.print(f"modelled {space.goals[0].metric} at C={space.goals[0].level}: "
                       f"[bold]{result.value:.2f}[/]")
         if study:
             best = best_trial(load_study(study, results, storage))
             if best is None:
                 raise UserError(f"study {study!r} has no feasible trial yet")
             modelled = modelled_objective(space, best.params)
-            console.print(f"study {study}: best trial {best.number} measured {best.value:.2f}, modelled "
+            console.print(f"study {study}: best trial {best.number} measured {best.values[0]:.2f}, modelled "
                           f"{modelled:.2f} = {100 * modelled / result.value:.1f}% of the optimum")
+
+
+def _print_modelled_front(space: Space) -> None:
+    from sweeper.sim.best import modelled_front
+
+    front, feasible, total = modelled_front(space)
+    throughput, latency = space.goals
+    ties: dict[tuple[float, float], list] = {}  # levers the model ignores give equal points
+    for point in front:
+        ties.setdefault((point.throughput, point.latency), []).append(point)
+    table = Table(title=f"simulator's Pareto front of {space.name}: {len(ties)} points, {len(front)} of "
+                        f"{feasible} feasible configs ({total} in all)")
+    for column in (f"{throughput.name} (modelled)", f"{latency.name} (modelled)", "configs", "e.g."):
+        table.add_column(column, justify="left" if column == "e.g." else "right", overflow="fold")
+    for (tok_s, lat), points in ties.items():
+        table.add_row(f"{tok_s:.2f}", f"{lat:.2f}", str(len(points)),
+                      " ".join(f"{k}={v}" for k, v in points[0].config.items()))
+    console.print(table)
 
 
 @app.command()
@@ -557,7 +614,8 @@ def load(
                                            help="At least this many requests per level (and at least 2 rounds of C)."),
     model: Optional[str] = typer.Option(None, "--model", help="Model name (default: the first of /v1/models)."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write one object per level (bench_serving key names)."),
-    api: str = typer.Option("completions", "--api", help="completions (token-id prompts) or chat (text prompts)."),
+    api: str = typer.Option("completions", "--api", help="completions (token-id prompts), chat (text prompts) or generate (SGLang's native /generate)."),
+    engine: Optional[str] = typer.Option(None, "--engine", help="Send what this engine's server accepts (its endpoint and fields; replaces --api), e.g. transformers."),
     repeats: int = typer.Option(1, "--repeats", min=1, help="Measured runs per level; the median is kept."),
     request_rate: Optional[float] = typer.Option(None, "--request-rate", min=0.0,
                                                  help="Open loop at this many requests/s (Poisson unless --fixed-rate)."),
@@ -604,6 +662,15 @@ def load(
             options=StreamOptions(api=api, timeout_s=timeout, stall_timeout_s=stall_timeout,
                                   min_tokens=min_tokens, continuous_usage=continuous_usage),
         )
+        if engine is not None:
+            from dataclasses import replace
+
+            from sweeper.engines import ENGINES, get_engine
+            from sweeper.loadgen.client import fit_to_dialect
+
+            if engine not in ENGINES:
+                raise UserError(f"--engine: one of {', '.join(sorted(ENGINES))}, got {engine!r}")
+            plan = replace(plan, options=fit_to_dialect(plan.options, get_engine(engine).info.dialect))
         table = Table(title=f"{url}  model {model}  input {input_len}  output {output_len}")
         for name in ("C", "completed", "out tok/s", "total tok/s", "req/s", "TTFT p50/p99 ms",
                      "ITL p50/p99 ms", "TPOT p50 ms", "e2e p50 ms", "achieved C", "goodput", "valid"):
@@ -614,6 +681,8 @@ def load(
             verdict = "[green]yes[/]" if m["valid"] else "[red]no[/]: " + "; ".join(m["invalid_reasons"])
             if m.get("unstable"):
                 verdict += f" [yellow](unstable, CV {m['cv_output_throughput']:.1%})[/]"
+            if m.get("coarse_stream"):
+                verdict += f" [yellow](coarse stream, {m['tokens_per_chunk']:.1f} tokens per chunk)[/]"
             table.add_row(str(level), f"{m['completed']}/{m['completed'] + m['failed']}",
                           f"{m['output_throughput']:.1f}", f"{m['total_throughput']:.1f}",
                           f"{m['request_throughput']:.2f}",
@@ -630,6 +699,56 @@ def load(
             console.print(f"wrote {json_path}")
         if not all(m["valid"] for m in results):
             raise typer.Exit(3)
+
+
+@app.command()
+def profile(
+    study: str = typer.Argument(..., help="Study name."),
+    trial: Optional[int] = typer.Option(None, "--trial", min=0, help="Profile this trial's config."),
+    best_config: bool = typer.Option(False, "--best", help="Profile the study's best feasible config."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="Requests in flight (default: the objective's level)."),
+    seconds: float = typer.Option(5.0, "--seconds", help="Seconds of load under the profiler."),
+    top: int = typer.Option(15, "--top", min=1, help="Kernels listed."),
+    hosts: Path = typer.Option(Path("hosts.yaml"), "--hosts", help="Hosts file: secret env values of the host."),
+    storage: Optional[str] = STORAGE_OPT,
+    results: Path = RESULTS_OPT,
+) -> None:
+    """Relaunch a trial's config with the engine's torch profiler on, drive load, and print the top
+    kernels by share of GPU time (attention, MoE/GEMM, communication, other)."""
+    from sweeper.profile.command import profile_study_trial
+
+    with user_errors():
+        optuna_study = load_study(study, results, storage)
+        try:
+            with interrupts_as_keyboard():
+                result = profile_study_trial(optuna_study, results, hosts, trial, best_config, concurrency,
+                                             seconds, top, on_step=lambda m: err.print(f"[dim]{m}[/]", highlight=False))
+        except KeyboardInterrupt:
+            err.print("[yellow]interrupted:[/] the profiled server was stopped")
+            raise typer.Exit(130) from None
+        console.print(result.text, markup=False, highlight=False, end="")
+        console.print(f"saved in {result.dir}: profile.json, profile.txt, traces/")
+        for warning in result.record["warnings"]:
+            err.print(f"[yellow]warning:[/] {warning}", highlight=False)
+
+
+@app.command()
+def kernels(
+    traces: list[Path] = typer.Argument(..., help="Torch profiler traces (.json, .json.gz) or folders of them."),
+    top: int = typer.Option(15, "--top", min=1, help="Kernels listed."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the table as JSON here."),
+) -> None:
+    """The kernel table of saved torch profiler traces (from `sweeper profile` or any engine)."""
+    import json as json_module
+
+    from sweeper.profile.command import summarize_trace_files
+
+    with user_errors():
+        result = summarize_trace_files(traces, top)
+        console.print(result.text, markup=False, highlight=False, end="")
+        if json_out:
+            json_out.write_text(json_module.dumps(result.record, indent=2))
+            console.print(f"wrote {json_out}")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -45,6 +46,8 @@ class HostSpec(Strict):
     gpu_gate: Literal["auto", "on", "off"] = "auto"
     gpu_busy_mib: int = Field(1024, ge=0, description="a foreign process above this blocks a launch")
     gpu_release_timeout_s: float = Field(120.0, gt=0)
+    # where the load client runs (sweeper/loadgen/onhost.py): auto = on the host when its python has aiohttp
+    load_from: Literal["auto", "controller", "host"] = "auto"
     # many hosts (sweeper/workers.py): disjoint GPU sets, each a slot with its own lease and worker,
     # e.g. ["0,1,2,3", "4,5,6,7"]; a config whose space `gpus` fits in one set runs in it
     gpu_sets: list[str] = []
@@ -195,7 +198,7 @@ class Workload(Strict):
     slo_tpot_ms: float | None = Field(None, gt=0, description="TPOT SLO for goodput")
     min_tokens: bool = Field(False, description="also send min_tokens = output_len")
     continuous_usage_stats: bool = Field(True, description="ask for usage in every chunk")
-    stall_timeout_s: float | None = Field(None, gt=0, description="no byte this long: a stall")
+    stall_timeout_s: float | None = Field(None, gt=0, description="no byte this long: a hang (default: launch's)")
 
     @field_validator("concurrency")
     @classmethod
@@ -215,6 +218,32 @@ class Objective(Strict):
     ] = "output_throughput"
     level: int | None = Field(None, description="concurrency level; default the highest")
     direction: Literal["maximize", "minimize"] = "maximize"
+
+
+THROUGHPUT_METRICS = ("output_throughput", "total_throughput", "request_throughput")
+LATENCY_METRICS = ("median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "median_e2e_latency_ms")
+
+
+class ObjectiveTerm(Strict):
+    """One of the two objectives of the Pareto mode (`objectives:`); its direction follows from
+    the metric: a throughput is maximised, a latency minimised."""
+
+    metric: Literal[THROUGHPUT_METRICS + LATENCY_METRICS]  # type: ignore[valid-type]
+    level: int | None = Field(None, description="concurrency level; default the highest for a "
+                                                "throughput, the lowest for a latency")
+
+
+@dataclass(frozen=True)
+class Goal:
+    """One objective as the study optimises it: a metric read at a level, and a direction."""
+
+    metric: str
+    level: int
+    direction: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.metric}@c{self.level}"
 
 
 class Target(Strict):
@@ -239,6 +268,14 @@ class Launch(Strict):
     poll_interval_s: float = Field(0.25, gt=0, le=2.0)
 
 
+DEFAULT_CHECK_PROMPTS = (
+    "The capital of France is",
+    "Water boils at a temperature of",
+    "def fibonacci(n):",
+    "The three primary colors are",
+)
+
+
 class OutputCheck(Strict):
     prompt: str = "The capital of France is"
     max_tokens: int = Field(16, ge=1)
@@ -247,11 +284,25 @@ class OutputCheck(Strict):
     # none: only require that a generation succeeds (random-weight models, whose near-tied logits
     # make greedy tokens flip with any numerics-changing lever: threads, batch, KV type)
     mode: Literal["auto", "reference-only", "none"] = "auto"
+    # The correctness gate (sweeper/correctness.py; README "Output-correctness gate")
+    prompts: list[str] = Field(default_factory=lambda: list(DEFAULT_CHECK_PROMPTS), min_length=1,
+                               description="greedy prompt set; setting only `prompt` checks that one")
+    k_tokens: int = Field(8, ge=1, description="first K greedy tokens compared with the reference")
+    min_agreement: float = Field(0.6, ge=0, le=1, description="share of compared tokens that must agree")
+    max_logprob_diff: float = Field(0.5, gt=0, description="mean |prompt logprob - reference|, nats")
+    logprobs: bool = Field(True, description="ask for logprobs (tokens and the prompt fingerprint)")
+    reference_file: str | None = Field(None, description="reference outputs (JSON) instead of a seed's")
+
+    @property
+    def prompt_set(self) -> list[str]:
+        if "prompts" not in self.model_fields_set and "prompt" in self.model_fields_set:
+            return [self.prompt]  # a space that names one prompt keeps its single-prompt check
+        return list(self.prompts)
 
 
 class Space(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    engine: Literal["sim", "sglang", "llamacpp"]
+    engine: Literal["sim", "sglang", "llamacpp", "vllm", "transformers"]
     model: str
     description: str = ""
     fixed_flags: dict[str, Scalar] = {}
@@ -264,6 +315,8 @@ class Space(Strict):
     reference: str | None = Field(None, description="name of the seed whose output is the reference")
     workload: Workload = Workload()
     objective: Objective = Objective()
+    # the Pareto mode: [throughput objective, latency objective] instead of `objective`
+    objectives: list[ObjectiveTerm] | None = Field(None, min_length=2, max_length=2)
     slo: Slo = Slo()
     search: Search = Search()
     # the YAML key `target`; the attribute has another name because Space.target(name) is a method
@@ -276,8 +329,24 @@ class Space(Strict):
     gpus: str | None = None
 
     @property
+    def is_pareto(self) -> bool:
+        """Two objectives (throughput up, latency down) and a Pareto front instead of one best."""
+        return self.objectives is not None
+
+    @property
+    def goals(self) -> list[Goal]:
+        """What the study optimises, in the order of its values: one goal, or the Pareto pair."""
+        levels = self.workload.concurrency
+        if self.objectives is None:
+            return [Goal(self.objective.metric, self.objective.level or max(levels), self.objective.direction)]
+        throughput, latency = self.objectives
+        return [Goal(throughput.metric, throughput.level or max(levels), "maximize"),
+                Goal(latency.metric, latency.level or min(levels), "minimize")]
+
+    @property
     def objective_level(self) -> int:
-        return self.objective.level or max(self.workload.concurrency)
+        """The highest level an objective reads: SLOs count up to it, and it must be measured."""
+        return max(goal.level for goal in self.goals)
 
     @property
     def names(self) -> set[str]:
@@ -327,7 +396,10 @@ def parse_space(text: str, source: str) -> Space:
 
 def space_fingerprint(space: Space) -> str:
     """A content hash of the validated space: formatting and comments do not change it."""
-    canonical = json.dumps(space.model_dump(mode="json"), sort_keys=True)
+    data = space.model_dump(mode="json")
+    if data.get("objectives") is None:  # keeps the hashes of studies made before the key existed
+        data.pop("objectives", None)
+    canonical = json.dumps(data, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
@@ -371,11 +443,29 @@ def _cross_check_space(space: Space) -> list[tuple[KeyPath, str]]:
                 problems.append((("seeds", index, "params", key), "not a parameter of this space"))
     if space.reference is not None and space.reference not in seed_names:
         problems.append((("reference",), f"no seed named {space.reference!r}"))
+    problems += _check_objectives(space)
     level = space.objective.level
     if level is not None and level not in space.workload.concurrency:
         problems.append((("objective", "level"), f"{level} is not one of workload.concurrency"))
     if space.perf_target and space.perf_target.level not in (None, *space.workload.concurrency):
         problems.append((("target", "level"), f"{space.perf_target.level} is not one of workload.concurrency"))
+    return problems
+
+
+def _check_objectives(space: Space) -> list[tuple[KeyPath, str]]:
+    if space.objectives is None:
+        return []
+    if "objective" in space.model_fields_set:
+        return [(("objectives",), "give either 'objective' (one metric) or 'objectives' (two: the "
+                                  "Pareto mode), not both")]
+    problems: list[tuple[KeyPath, str]] = []
+    wanted = [("a throughput to maximise", THROUGHPUT_METRICS), ("a latency to minimise", LATENCY_METRICS)]
+    for index, (term, (what, metrics)) in enumerate(zip(space.objectives, wanted)):
+        if term.metric not in metrics:
+            problems.append((("objectives", index, "metric"), f"objective {index + 1} must be {what}: one of "
+                             f"{', '.join(metrics)} (got {term.metric!r})"))
+        if term.level is not None and term.level not in space.workload.concurrency:
+            problems.append((("objectives", index, "level"), f"{term.level} is not one of workload.concurrency"))
     return problems
 
 

@@ -17,19 +17,25 @@ ABANDONED = "abandoned"  # a partial ladder stopped because it could not catch t
 LOG_TAIL_CHARS = 4000
 
 
+def objective_values(space: Space, outcome: TrialOutcome) -> list[float]:
+    """Each goal's metric at its level (one goal, or the Pareto pair); a finite pessimistic value
+    when there is none, so a failure can never win (its constraint marks it infeasible as well)."""
+    values = []
+    for goal in space.goals:
+        metrics = outcome.levels.get(goal.level)
+        value = metrics.get(goal.metric) if outcome.failure is None and metrics and metrics.get("valid") else None
+        ok = value is not None and math.isfinite(value)
+        values.append(float(value) if ok else worst_value(goal.direction))
+    return values
+
+
 def objective_value(space: Space, outcome: TrialOutcome) -> float:
-    """The objective at its level; a finite pessimistic value when there is none, so a failure
-    can never win (its constraint marks it infeasible as well)."""
-    metrics = outcome.levels.get(space.objective_level)
-    if outcome.failure is None and metrics and metrics.get("valid"):
-        value = metrics.get(space.objective.metric)
-        if value is not None and math.isfinite(value):
-            return float(value)
-    return worst_value(space)
+    """The single objective (the first goal in the Pareto mode)."""
+    return objective_values(space, outcome)[0]
 
 
-def worst_value(space: Space) -> float:
-    return 0.0 if space.objective.direction == "maximize" else 1e12
+def worst_value(direction: str) -> float:
+    return 0.0 if direction == "maximize" else 1e12
 
 
 def constraint_values(outcome: TrialOutcome, space: Space) -> dict[str, float]:
@@ -60,6 +66,8 @@ def judge_level(space: Space, level: int, metrics: dict, incumbent: float | None
     linearly with concurrency from here (an optimistic bound for a batching server)."""
     if level <= space.objective_level and slo_excess(space, {level: metrics}) > 0:
         return Failure("load", "slo", f"SLO broken at concurrency {level}")
+    if space.is_pareto:
+        return None  # no single incumbent: the Pareto mode abandons by dominance (sweeper.pareto)
     fraction = space.search.abandon_below
     metric = space.objective.metric
     if (fraction > 0 and incumbent and metric.endswith("throughput") and level < space.objective_level
@@ -77,7 +85,10 @@ def outcome_attrs(outcome: TrialOutcome) -> dict[str, Any]:
         "levels": {str(level): metrics for level, metrics in outcome.levels.items()},
         "stage_seconds": outcome.stage_seconds,
         "output_text": outcome.output_text,
+        "output_samples": outcome.output_samples,
     }
+    if outcome.gpu_memory is not None:
+        attrs["gpu_memory"] = outcome.gpu_memory
     if outcome.failure:
         failure = asdict(outcome.failure)
         failure["log_tail"] = failure["log_tail"][-LOG_TAIL_CHARS:]

@@ -19,12 +19,16 @@ import sweeper
 from sweeper.config import HostSpec, Space, load_hosts, space_fingerprint
 from sweeper.engines import get_engine
 from sweeper.engines.flags import flag_problems, parse_help_flags
+from sweeper.engines.versions import deprecation_warnings
 from sweeper.errors import InfraError, UserError
 from sweeper.hosts import Host, ServerProcess
+from sweeper.correctness import OutputSample
 from sweeper.hosts.procfs import read_stat
+from sweeper.pareto import dominated_verdict
+from sweeper.reference import reference_samples, settle_reference as settle, use_reference_file
+from sweeper.record import ABANDONED, constraint_values, judge_level, objective_values, outcome_attrs
+from sweeper.results.leaderboard import best_trial, feasible_trials, is_evaluation, is_feasible
 from sweeper.leases import schema_lock
-from sweeper.record import ABANDONED, constraint_values, judge_level, objective_value, outcome_attrs
-from sweeper.results.leaderboard import best_trial, is_evaluation, is_feasible
 from sweeper.results.provenance import engine_provenance
 from sweeper.redact import MASK, redact_env, redact_url
 from sweeper.samplers import build_sampler
@@ -111,21 +115,24 @@ class StudyHandle:
 
 def create_study(name: str, space: Space, space_path: Path, host_name: str, host_spec: HostSpec,
                  results_dir: Path, storage: str | None, budget: int, sampler: str | None = None,
-                 enqueue_seeds: bool = True) -> StudyHandle:
+                 enqueue_seeds: bool = True, space_text: str | None = None) -> StudyHandle:
+    """`space_text`: the space's YAML when it does not come from reading `space_path` now (a
+    validation study takes its parent's stored copy)."""
     url = storage_url(results_dir, name, storage)
     study_dir(results_dir, name).mkdir(parents=True, exist_ok=True)
     rdb = open_storage(url)
     if study_exists(rdb, name):
         raise UserError(f"study {name!r} already exists; continue it with `sweeper resume {name}` "
                         "or pick another --study name")
-    study = optuna.create_study(study_name=name, storage=rdb, direction=space.objective.direction)
+    goals = space.goals  # one, or the Pareto mode's two
+    study = optuna.create_study(study_name=name, storage=rdb, directions=[g.direction for g in goals])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        study.set_metric_names([f"{space.objective.metric}@c{space.objective_level}"])
+        study.set_metric_names([g.name for g in goals])
     attrs = {
         "sweeper_version": sweeper.__version__,
         "space_path": str(space_path.resolve()),
-        "space_text": space_path.read_text(),
+        "space_text": space_text if space_text is not None else space_path.read_text(),
         "space_hash": space_fingerprint(space),
         "space": space.model_dump(mode="json"),
         "host_name": host_name,
@@ -210,22 +217,16 @@ def reference_text(study: optuna.Study) -> str | None:
     return study.user_attrs.get("reference_text")
 
 
-def settle_reference(handle: StudyHandle, trial: optuna.Trial, output: str | None) -> None:
-    """The reference comes from the seed the space names, or else from two different configs that
-    agree, so a garbage first trial cannot become the reference."""
-    study = handle.study
-    if output is None or reference_text(study) is not None or handle.space.check.mode == "none":
-        return  # check.mode none: outputs are never compared, so no reference
-    named = study.user_attrs.get("reference_seed", handle.space.reference)
-    if named is not None and trial.user_attrs.get("seed") == named:
-        study.set_user_attr("reference_text", output)
-        study.set_user_attr("reference_source", f"seed {named} (trial {trial.number})")
-        return
-    for other in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if other.user_attrs.get("output_text") == output and other.user_attrs.get("config_key") != trial.user_attrs.get("config_key"):
-            study.set_user_attr("reference_text", output)
-            study.set_user_attr("reference_source", f"agreement of trials {other.number} and {trial.number}")
-            return
+def passed_gate(outcome) -> bool:
+    """The trial's outputs passed the correctness gate (a later load or stop failure does not make
+    them wrong: they can still be the reference)."""
+    return bool(outcome.output_samples) and (outcome.failure is None or outcome.failure.stage in ("load", "stop"))
+
+
+def settle_reference(handle: StudyHandle, trial: optuna.Trial, samples: list[dict] | None) -> None:
+    """sweeper/reference.py: the named seed's outputs, or two agreeing configs', become the reference."""
+    settle(handle.study, handle.space, handle.dir, trial,
+           [OutputSample.from_dict(s) for s in samples] if samples else None)
 
 
 class TrialGate(Protocol):
@@ -238,12 +239,15 @@ class TrialGate(Protocol):
 
 
 def make_objective(handle: StudyHandle, host: Host, events: SweepEvents,
-                   gate: TrialGate | None = None) -> Callable[[optuna.Trial], float]:
+                   gate: TrialGate | None = None) -> Callable[[optuna.Trial], float | list[float]]:
+    """The function Optuna calls per trial: one value, or the Pareto mode's two."""
     space, study = handle.space, handle.study
     engine = get_engine(space.engine)
     known_flags = installed_flags(study, space, host)
+    space_path = study.user_attrs.get("space_path")
+    use_reference_file(study, space, handle.dir, Path(space_path).parent if space_path else None)
 
-    def objective(trial: optuna.Trial) -> float:
+    def objective(trial: optuna.Trial) -> float | list[float]:
         config = suggest_config(trial, space)
         key = config_key(config)
         trial.set_user_attr("config_key", key)
@@ -266,7 +270,12 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents,
             if gate is not None:
                 gate.server_started(trial, proc)
 
+        measured: dict[int, dict] = {}
+
         def on_level(level: int, metrics: dict):
+            measured[level] = metrics
+            if space.is_pareto:  # Optuna has no intermediate values in multi-objective studies
+                return judge_level(space, level, metrics, None) or dominated_verdict(space, measured, _front_points(study))
             value = metrics.get(space.objective.metric)
             if value is not None and metrics.get("valid"):
                 trial.report(float(value), step=level)
@@ -275,7 +284,7 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents,
         try:
             with gate.hold(trial, config) if gate is not None else nullcontext(handle.host_spec) as host_spec:
                 ctx = TrialContext(space=space, engine=engine, host=host, host_spec=host_spec,
-                                   trial_dir=trial_dir, reference_text=reference_text(study),
+                                   trial_dir=trial_dir, reference_samples=reference_samples(study),
                                    on_stage=on_stage, on_started=on_started, on_level=on_level,
                                    known_servers=lambda: study_servers(study, handle.host_name),
                                    known_flags=known_flags)
@@ -291,37 +300,45 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents,
             trial.set_user_attr(name, value)
         for name, value in constraint_values(outcome, space).items():
             trial.set_constraint(name, value)
-        settle_reference(handle, trial, outcome.output_text if outcome.ok else None)
-        value = objective_value(space, outcome)
+        settle_reference(handle, trial, outcome.output_samples if passed_gate(outcome) else None)
+        values = objective_values(space, outcome)
         (trial_dir / "outcome.json").write_text(json.dumps(
-            {"config": config, "value": value, **outcome_attrs(outcome)}, indent=2, default=str))
+            {"config": config, "value": values[0], "values": values, **outcome_attrs(outcome)},
+            indent=2, default=str))
         trial.set_user_attr("stage", "done")
-        events.trial_finished(trial.number, _summary(outcome, value), _best_value(study))
+        events.trial_finished(trial.number, _summary(outcome, values), _best_value(study))
         if outcome.failure and outcome.failure.kind == ABANDONED:
             raise optuna.TrialPruned(outcome.failure.message)  # a partial result, recorded as such
-        return value
+        return values if space.is_pareto else values[0]
 
     return objective
 
 
-def _copy_duplicate(trial: optuna.Trial, duplicate: FrozenTrial) -> float:
+def _copy_duplicate(trial: optuna.Trial, duplicate: FrozenTrial) -> float | list[float]:
+    """The earlier trial's values (both, in the Pareto mode) and constraints."""
     trial.set_user_attr("duplicate_of", duplicate.number)
     if duplicate.state == TrialState.PRUNED:
         raise optuna.TrialPruned(f"duplicate of abandoned trial {duplicate.number}")
     for name, value in (duplicate.constraints or {}).items():
         trial.set_constraint(name, value)
-    return duplicate.value
+    return list(duplicate.values) if len(duplicate.values) > 1 else duplicate.values[0]
 
 
-def _summary(outcome, value: float) -> str:
+def _summary(outcome, values: list[float]) -> str:
     if outcome.failure:
         return f"infeasible: {outcome.failure.stage}/{outcome.failure.kind}"
-    return f"{value:.2f}"
+    return ", ".join(f"{v:.2f}" for v in values)
 
 
 def _best_value(study: optuna.Study) -> float | None:
+    """The best first objective (in the Pareto mode: the front's best throughput)."""
     best = best_trial(study)
-    return best.value if best else None
+    return best.values[0] if best else None
+
+
+def _front_points(study: optuna.Study) -> list[tuple[int, float, float]]:
+    """(trial, throughput, latency) of the feasible trials: what a Pareto-mode trial must beat."""
+    return [(t.number, t.values[0], t.values[1]) for t in feasible_trials(study)]
 
 
 def enqueue_retry(study: optuna.Study, number: int, params: dict, user_attrs: dict) -> bool:
@@ -378,10 +395,16 @@ def installed_flags(study: optuna.Study, space: Space, host: Host) -> dict[str, 
         raise UserError(f"cannot read the engine's flags on {host.name}: {result.describe()}")
     flags = parse_help_flags(result.stdout)
     fixed = get_engine(space.engine).build_launch_spec(space, {}, HostSpec(transport="local"), 1, python)
-    if problems := flag_problems(fixed.argv, flags, short=getattr(engine, "checks_short_flags", False)):
+    if problems := flag_problems(fixed.argv, flags, getattr(engine, "checks_short_flags", False),
+                                 getattr(engine, "flag_family", None)):
         raise UserError(f"the space's fixed flags do not fit {key}: {'; '.join(problems)}")
     study.set_user_attr("engine_flags", {"key": key, "flags": flags})
     study.set_user_attr("engine_version", version_text)
+    # deprecations are dated by the engine's own releases (the simulator's version is sweeper's)
+    space_flags = list(fixed.argv) + [p.flag for p in (*space.parameters.values(), *space.derived.values()) if p.flag]
+    family = getattr(engine, "flag_family", None)
+    if family == space.engine and (warnings := deprecation_warnings(space_flags, family, version_text)):
+        study.set_user_attr("engine_warnings", warnings)  # `sweeper show` lists them
     return flags
 
 
@@ -406,8 +429,15 @@ def run_queue(handle: StudyHandle, host: Host, events: SweepEvents) -> None:
 
 def measured_runs(study: optuna.Study) -> list[tuple[str, float | None]]:
     """(label, objective or None when the run failed) of every labelled, finished trial."""
+    return [(label, values[0] if values else None) for label, values in measured_values(study)]
+
+
+def measured_values(study: optuna.Study) -> list[tuple[str, list[float] | None]]:
+    """(label, every objective's value, or None when the run failed) of every labelled, finished
+    trial: the Pareto mode has two."""
     reference = reference_text(study)
-    return [(t.user_attrs["label"], t.value if is_feasible(t, reference) else None)
+    rejected = study.user_attrs.get("output_rejected")
+    return [(t.user_attrs["label"], list(t.values) if is_feasible(t, reference, rejected) else None)
             for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             if "label" in t.user_attrs]
 

@@ -15,30 +15,34 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import requests
 
 from sweeper.config import HostSpec, Launch, OutputCheck, Space, Workload
+from sweeper.correctness import GateError, GateTimeout, OutputSample, collect_samples, judge, write_check_file
 from sweeper.engines.base import Engine, EngineInfo, LaunchSpec, classify_log
 from sweeper.engines.flags import flag_problems
 from sweeper.errors import InfraError
-from sweeper.garbage import garbage_reasons
 from sweeper.hosts.base import Host, ServerProcess, StopReport
 from sweeper.hosts.gate import check_gpus_before_launch, wait_gpus_released
-from sweeper.loadgen.client import LoadgenError, StreamOptions, complete, run_level
+from sweeper.hosts.gpu import GpuSnapshot
+from sweeper.loadgen.client import STALLED, LevelRun, LoadgenError, StreamOptions, complete, fit_to_dialect, is_stalled
+from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.loadgen.metrics import combine_repeats, summarize_level
-from sweeper.loadgen.workload import build_prompt_token_ids
+from sweeper.loadgen.onhost import LoadPlace, controller_runner, load_place
+from sweeper.loadgen.workload import build_prompt_texts, build_prompt_token_ids
 from sweeper.redact import redact_env
 from sweeper.space import excluded_by_rule, violated_constraints
 
 LOG_TAIL_LINES = 40
+BAD_OUTPUT = "bad_output"  # the failure kind of a config whose greedy outputs fail the gate
 
 
 @dataclass(frozen=True)
 class Failure:
     stage: str  # preflight | launch | wait_ready | check_output | load | stop
-    kind: str  # constraint | crash | oom | cuda_graph_capture | garbage_output | timeout | hang | ...
+    kind: str  # constraint | crash | oom | cuda_graph_capture | bad_output | timeout | hang | ...
     message: str
     log_tail: str = ""
 
@@ -48,9 +52,12 @@ class TrialOutcome:
     config: dict[str, Any]
     failure: Failure | None = None
     levels: dict[int, dict] = field(default_factory=dict)
-    output_text: str | None = None
+    output_text: str | None = None  # the first check prompt's greedy answer
+    output_samples: list[dict] | None = None  # every check prompt's answer (correctness.OutputSample)
     stage_seconds: dict[str, float] = field(default_factory=dict)
     launched: bool = False
+    # MiB used per GPU index before the launch, at the end of the load, and once released
+    gpu_memory: dict[str, dict[str, int]] | None = None
 
     @property
     def ok(self) -> bool:
@@ -64,7 +71,8 @@ class TrialContext:
     host: Host
     host_spec: HostSpec
     trial_dir: Path
-    reference_text: str | None = None
+    reference_text: str | None = None  # unused since the correctness gate; kept for old callers
+    reference_samples: Sequence[OutputSample] | None = None  # the study's reference outputs
     on_stage: Callable[[str], None] = lambda stage: None
     on_started: Callable[[ServerProcess], None] = lambda proc: None
     # Judges each measured level; a Failure returned stops the ladder (SLO broken, abandoned).
@@ -171,7 +179,7 @@ def wait_ready(host: Host, proc: ServerProcess, info: EngineInfo, port: int, mod
                            watch.tail())
         if health == 200:
             try:
-                complete(base_url, model, "Hello", max_tokens=1, timeout_s=30.0)
+                complete(base_url, model, "Hello", max_tokens=1, timeout_s=30.0, api=info.dialect.api)
                 return Ready(time.monotonic() - started)
             except LoadgenError:
                 pass  # healthy but cannot generate yet: keep polling until the deadline
@@ -192,54 +200,114 @@ def _get_status(url: str) -> int | None:
         return None
 
 
-def check_output(base_url: str, model: str, check: OutputCheck, reference: str | None) -> tuple[str, Failure | None]:
-    """A greedy completion of the fixed prompt, compared with the study's reference when it has one,
-    else judged by the garbage detector (so a garbage first trial can neither win nor set the reference)."""
+def check_output(base_url: str, model: str, check: OutputCheck, reference: Sequence[OutputSample] | None,
+                 trial_dir: Path, timeout_s: float = 120.0,
+                 dialect: RequestDialect = RequestDialect()) -> tuple[list[OutputSample], Failure | None]:
+    """Greedy completions of the check's prompt set, judged against the study's reference when it
+    has one, else by the garbage detector (so a garbage first trial can neither win nor set the
+    reference). The samples and the verdict are saved in the trial folder either way. A request
+    unanswered within `timeout_s` is a hang (the server was ready a moment ago)."""
     try:
-        text = complete(base_url, model, check.prompt, max_tokens=check.max_tokens, timeout_s=120.0).text
-    except LoadgenError as exc:
-        return "", Failure("check_output", "generation_error", str(exc))
-    if check.mode == "none":
-        return text, None  # a generation succeeded: all this mode asks
-    if reference is not None and text != reference:
-        return text, Failure("check_output", "garbage_output",
-                             f"greedy output differs from the reference: {text[:80]!r} vs {reference[:80]!r}")
-    if reference is None and check.mode == "auto" and (reasons := garbage_reasons(text)):
-        return text, Failure("check_output", "garbage_output", f"{'; '.join(reasons)}: {text[:80]!r}")
-    return text, None
+        samples = collect_samples(base_url, model, check, timeout_s, dialect)
+    except GateError as exc:
+        write_check_file(trial_dir, [], None, error=str(exc))
+        kind = "hang" if isinstance(exc, GateTimeout) else "generation_error"
+        return [], Failure("check_output", kind, str(exc))
+    if check.mode == "none" or (check.mode == "reference-only" and reference is None):
+        write_check_file(trial_dir, samples, None)
+        return samples, None  # a generation succeeded: all this mode asks
+    verdict = judge(samples, reference, check)
+    write_check_file(trial_dir, samples, verdict)
+    if verdict.passed:
+        return samples, None
+    return samples, Failure("check_output", BAD_OUTPUT,
+                            f"{'; '.join(verdict.reasons)} (compared with the {verdict.compared_with}; "
+                            "samples in output_check.json)")
+
+
+def build_stream_options(workload: Workload, dialect: RequestDialect,
+                         stall_timeout_s: float | None = None) -> StreamOptions:
+    """How load requests are sent: the workload's wishes, limited to what the server accepts."""
+    wished = StreamOptions(timeout_s=workload.request_timeout_s,
+                           stall_timeout_s=workload.stall_timeout_s or stall_timeout_s,
+                           min_tokens=workload.min_tokens, continuous_usage=workload.continuous_usage_stats)
+    return fit_to_dialect(wished, dialect)
+
+
+def build_level_prompts(n: int, input_len: int, seed: int, dialect: RequestDialect) -> list[list[int]] | list[str]:
+    """Token ids where the server takes them (exact input length), else text of about input_len tokens."""
+    if dialect.text_prompts or dialect.api == "chat":
+        return build_prompt_texts(n, input_len, seed)
+    return build_prompt_token_ids(n, input_len, seed)
 
 
 def run_ladder(base_url: str, model: str, workload: Workload, time_scale: float, trial_dir: Path,
-               on_level: Callable[[int, dict], Failure | None], still_alive: Callable[[], bool]) -> tuple[dict[int, dict], Failure | None]:
+               on_level: Callable[[int, dict], Failure | None], still_alive: Callable[[], bool],
+               dialect: RequestDialect = RequestDialect(), place: LoadPlace | None = None,
+               stall_timeout_s: float | None = None) -> tuple[dict[int, dict], Failure | None]:
     """Each level: a warmup (not measured), then `repeats` runs with exactly C requests in flight
-    until their requests run out; the median repeat is kept, with the repeats' CV."""
+    until their requests run out; the median repeat is kept, with the repeats' CV. `place` says
+    where the client runs (loadgen/onhost.py); by default here, against base_url.
+    Watchdog: a request that gets no byte for the stall timeout (workload.stall_timeout_s, else
+    `stall_timeout_s`) while the server lives is a hang (an NCCL collective stuck mid-load): the
+    level stops sending and the trial ends with kind `hang` instead of waiting forever."""
+    place = place or LoadPlace("controller", controller_runner(base_url, model))
     levels: dict[int, dict] = {}
     samples_dir = trial_dir / "samples"
     samples_dir.mkdir(parents=True, exist_ok=True)
-    options = StreamOptions(timeout_s=workload.request_timeout_s, stall_timeout_s=workload.stall_timeout_s,
-                            min_tokens=workload.min_tokens, continuous_usage=workload.continuous_usage_stats)
+    options = build_stream_options(workload, dialect, stall_timeout_s)
     for concurrency in workload.concurrency:
-        warmup = build_prompt_token_ids(workload.warmup_rounds * concurrency, workload.input_len,
-                                        seed=workload.seed + 10_000 + concurrency)
+        warmup = build_level_prompts(workload.warmup_rounds * concurrency, workload.input_len,
+                                     workload.seed + 10_000 + concurrency, dialect)
+        crashed = Failure("load", "crash_under_load", f"server died at concurrency {concurrency}")
+        # After a run with failed requests, a dead server ends the ladder at once: each further
+        # run would only fail too (and, loading from the host, start a python there first).
         if warmup:
-            run_level(base_url, model, warmup, workload.output_len, concurrency, options=options)
-        repeats = []
+            warm = place.run(warmup, workload.output_len, concurrency, options)
+            if hang := _hang_of(warm.samples, concurrency, "warmup", still_alive):
+                return levels, hang
+            if _any_failed(warm) and not still_alive():
+                return levels, crashed
+        repeats, dead = [], False
         for repeat in range(workload.repeats):  # fresh prompts each repeat: no prefix-cache hits
-            prompts = build_prompt_token_ids(workload.requests_at(concurrency), workload.input_len,
-                                             seed=workload.seed + concurrency + 100_000 * repeat)
-            run = run_level(base_url, model, prompts, workload.output_len, concurrency, options=options)
+            prompts = build_level_prompts(workload.requests_at(concurrency), workload.input_len,
+                                          workload.seed + concurrency + 100_000 * repeat, dialect)
+            run = place.run(prompts, workload.output_len, concurrency, options)
             suffix = "" if repeat == 0 else f".r{repeat + 1}"  # c<C>.json stays the first repeat
             (samples_dir / f"c{concurrency}{suffix}.json").write_text(json.dumps([asdict(s) for s in run.samples]))
+            if hang := _hang_of(run.samples, concurrency, "measured run", still_alive):
+                return levels, hang
             repeats.append(summarize_level(run.samples, concurrency, run.duration_s, time_scale=time_scale,
                                            requested_output_len=workload.output_len, lag=run.lag,
                                            slo_ttft_ms=workload.slo_ttft_ms, slo_tpot_ms=workload.slo_tpot_ms))
+            if _any_failed(run) and not still_alive():
+                dead = True
+                break
         metrics = combine_repeats(repeats)
+        metrics["load_from"] = place.where
         levels[concurrency] = metrics
-        if not still_alive():
-            return levels, Failure("load", "crash_under_load", f"server died at concurrency {concurrency}")
+        if dead or not still_alive():
+            return levels, crashed
         if verdict := on_level(concurrency, metrics):
             return levels, verdict
     return levels, None
+
+
+def _any_failed(run: LevelRun) -> bool:
+    return not all(sample.ok for sample in run.samples)
+
+
+def _hang_of(samples: Sequence, concurrency: int, what: str, still_alive: Callable[[], bool]) -> Failure | None:
+    """The failure of a level whose requests stalled while the server stayed up, or None."""
+    stalled = [s for s in samples if is_stalled(s)]
+    if not stalled:
+        return None
+    if not still_alive():
+        return Failure("load", "crash_under_load", f"server died at concurrency {concurrency} ({what})")
+    tokens = sum(s.streamed_tokens for s in stalled)
+    return Failure("load", "hang", f"{len(stalled)} request(s) at concurrency {concurrency} ({what}) "
+                   f"{stalled[0].error.removeprefix(STALLED).strip()} after {tokens} token(s) in all, "
+                   "with the server still up: hung mid-load")
 
 
 def stop(host: Host, proc: ServerProcess, port: int, grace_s: float) -> StopReport:
@@ -267,7 +335,8 @@ def run_trial(ctx: TrialContext, config: Mapping[str, Any]) -> TrialOutcome:
     port = port_or_failure
     spec = ctx.engine.build_launch_spec(space, config, ctx.host_spec, port, ctx.host.python())
     short = getattr(ctx.engine, "checks_short_flags", False)
-    if ctx.known_flags is not None and (problems := flag_problems(spec.argv, ctx.known_flags, short=short)):
+    family = getattr(ctx.engine, "flag_family", None)
+    if ctx.known_flags is not None and (problems := flag_problems(spec.argv, ctx.known_flags, short, family)):
         outcome.failure = Failure("preflight", "unsupported_flag", "; ".join(problems))
         return outcome
     ctx.host.take_disruption()  # only a connection drop during this trial makes it an infra fault
@@ -278,41 +347,79 @@ def run_trial(ctx: TrialContext, config: Mapping[str, Any]) -> TrialOutcome:
     try:
         _serve_and_measure(ctx, outcome, timer, proc, port)
     finally:
+        serving = _snapshot_or_none(ctx.host) if gpu_baseline is not None else None
         with timer("stop"):
             report = stop(ctx.host, proc, port, space.launch.stop_grace_s)
         (ctx.trial_dir / "stop.json").write_text(json.dumps(asdict(report), indent=2))
         if report.left_behind and outcome.failure is None:
             outcome.failure = Failure("stop", "stop_failed", f"processes left behind: {report.left_behind}")
         if gpu_baseline is not None:
-            wait_gpus_released(ctx.host, ctx.host_spec, gpu_baseline, port)
+            with timer("gpu_release"):
+                released = wait_gpus_released(ctx.host, ctx.host_spec, gpu_baseline, port)
+            outcome.gpu_memory = build_gpu_memory_record(gpu_baseline, serving, released)
+            (ctx.trial_dir / "gpu_memory.json").write_text(json.dumps(outcome.gpu_memory, indent=2))
     if disruption := ctx.host.take_disruption():
         raise InfraError(f"{disruption} during the trial: its measurements are not kept")
     return outcome
+
+
+def build_gpu_memory_record(before: GpuSnapshot, serving: GpuSnapshot | None,
+                            after: GpuSnapshot | None) -> dict[str, dict[str, int]]:
+    """MiB used per GPU index (as strings: JSON keys) at each point; a point not read is absent."""
+    record = {"before": _used_by_gpu(before)}
+    if serving is not None:
+        record["serving"] = _used_by_gpu(serving)
+    if after is not None:
+        record["after"] = _used_by_gpu(after)
+    return record
+
+
+def _used_by_gpu(snapshot: GpuSnapshot) -> dict[str, int]:
+    return {str(g.index): g.used_mib for g in snapshot.gpus}
+
+
+def _snapshot_or_none(host: Host) -> GpuSnapshot | None:
+    """What the server holds at the end of its trial; informative, so a failed read is no failure."""
+    try:
+        return host.gpu_snapshot()
+    except Exception:  # noqa: BLE001 - the release check after the stop reads it again and decides
+        return None
 
 
 def _serve_and_measure(ctx: TrialContext, outcome: TrialOutcome, timer: Callable,
                        proc: ServerProcess, port: int) -> None:
     space = ctx.space
     base_url = ctx.host.base_url(port)
+    info = ctx.engine.info
+    # the name requests carry; an adapter without served_model serves space.model as given
+    served = getattr(ctx.engine, "served_model", None)
+    model = served(space) if served else space.model
     with timer("wait_ready"):
-        verdict = wait_ready(ctx.host, proc, ctx.engine.info, port, space.model, space.launch)
+        verdict = wait_ready(ctx.host, proc, info, port, model, space.launch)
     if not isinstance(verdict, Ready):
         outcome.failure = Failure("wait_ready", verdict.kind, verdict.message, verdict.log_tail)
         return
     with timer("check_output"):
-        outcome.output_text, failure = check_output(base_url, space.model, space.check, ctx.reference_text)
+        samples, failure = check_output(base_url, model, space.check, ctx.reference_samples, ctx.trial_dir,
+                                        timeout_s=space.workload.stall_timeout_s or space.launch.stall_timeout_s,
+                                        dialect=info.dialect)
+        outcome.output_samples = [asdict(s) for s in samples]
+        outcome.output_text = samples[0].text if samples else None
     if failure:
         outcome.failure = failure
         return
     with timer("load"):
+        place = load_place(ctx.host, ctx.host_spec.load_from, ctx.host_spec.transport, port, model)
         outcome.levels, outcome.failure = run_ladder(
-            base_url, space.model, space.workload, ctx.engine.clock_scale(space), ctx.trial_dir,
-            ctx.on_level, lambda: ctx.host.is_alive(proc))
-    objective_level = outcome.levels.get(space.objective_level)
-    if outcome.failure is None and objective_level is not None and not objective_level.get("valid"):
-        # An invalid measurement never scores: recorded with its reasons, never ranked.
-        reasons = "; ".join(objective_level.get("invalid_reasons") or ["invalid"])
-        outcome.failure = Failure("load", "invalid_measurement", reasons)
+            base_url, model, space.workload, ctx.engine.clock_scale(space), ctx.trial_dir,
+            ctx.on_level, lambda: ctx.host.is_alive(proc), info.dialect, place,
+            stall_timeout_s=space.launch.stall_timeout_s)
+    for goal_level in sorted({goal.level for goal in space.goals}):  # one level, or the Pareto pair's
+        measured = outcome.levels.get(goal_level)
+        if outcome.failure is None and measured is not None and not measured.get("valid"):
+            # An invalid measurement never scores: recorded with its reasons, never ranked.
+            reasons = "; ".join(measured.get("invalid_reasons") or ["invalid"])
+            outcome.failure = Failure("load", "invalid_measurement", reasons)
 
 
 @contextmanager

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
 from sweeper.config import HostSpec, Space
+from sweeper.loadgen.endpoints import RequestDialect
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class EngineInfo:
     name: str
     readiness: Readiness
     signatures: Sequence[Signature] = field(default_factory=tuple)
+    dialect: RequestDialect = RequestDialect()  # what its HTTP API accepts and how it streams
 
 
 class Engine(Protocol):
@@ -42,6 +44,10 @@ class Engine(Protocol):
 
     def build_launch_spec(self, space: Space, config: Mapping[str, Any], host: HostSpec,
                           port: int, python: str) -> LaunchSpec: ...
+
+    def served_model(self, space: Space) -> str:
+        """The `model` every request names (a server pinned to its launch path refuses others)."""
+        ...
 
     def clock_scale(self, space: Space) -> float:
         """Wall seconds per modelled second (1.0 for real engines)."""

@@ -83,6 +83,7 @@ def build_llamacpp_argv(binary: str, space: Space, config: Mapping[str, Any], po
 class LlamaCppEngine:
     info = LLAMACPP_INFO
     checks_short_flags = True  # llama-server's help lists its short flags (-t, -np, ...)
+    flag_family = "llamacpp"
 
     def binary(self) -> str:
         return llama_server_path()
@@ -97,6 +98,9 @@ class LlamaCppEngine:
                           port: int, python: str) -> LaunchSpec:
         argv = build_llamacpp_argv(self.binary(), space, config, port)
         return LaunchSpec(argv=tuple(argv), env=build_env(space, config, host), port=port)
+
+    def served_model(self, space: Space) -> str:
+        return space.model
 
     def clock_scale(self, space: Space) -> float:
         return 1.0

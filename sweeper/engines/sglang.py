@@ -9,7 +9,8 @@ from sweeper.engines.base import (
     EngineInfo, LaunchSpec, Readiness, Signature, env_value, flag_args,
 )
 
-# Exact substrings from SGLang's logs (../shared/reference/engines.md); most specific first.
+# Exact substrings from SGLang's logs (../shared/reference/engines.md), each found in the 0.5.23
+# sources (tests/unit/test_failure_signatures.py names the files); most specific first.
 SGLANG_SIGNATURES = (
     Signature("Capture cuda graph failed", "cuda_graph_capture"),
     Signature("Capture prefill CUDA graph failed", "cuda_graph_capture"),
@@ -21,6 +22,8 @@ SGLANG_SIGNATURES = (
     Signature("Watchdog caught collective operation timeout", "nccl"),
     Signature("NCCL error", "nccl"),
     Signature("NCCL WARN", "nccl"),
+    # engines.md's "`is not available in ... seconds`" is too common a phrase to match on (model code
+    # raises "... is not available in encoder-only mode"); 0.5.23's server_args raises this one:
     Signature("Port is already in use", "port_busy"),
     Signature("address already in use", "port_busy"),  # uvicorn's bind error
     Signature("is only supported on", "unsupported"),
@@ -64,6 +67,7 @@ class SGLangEngine:
     info = SGLANG_INFO
     module = "sglang.launch_server"
     distribution = "sglang"  # the package whose version the flag table is cached under
+    flag_family = "sglang"  # whose flag history (versions.py) explains a refused flag
 
     def help_argv(self, python: str) -> list[str]:
         return [python, "-m", self.module, "--help"]
@@ -76,6 +80,9 @@ class SGLangEngine:
                           port: int, python: str) -> LaunchSpec:
         argv = build_sglang_argv(self.module, space, config, port, python)
         return LaunchSpec(argv=tuple(argv), env=build_env(space, config, host), port=port)
+
+    def served_model(self, space: Space) -> str:
+        return space.model
 
     def clock_scale(self, space: Space) -> float:
         return 1.0

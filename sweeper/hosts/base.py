@@ -87,6 +87,10 @@ class Host(Protocol):
 
     def read_log(self, proc: ServerProcess, offset: int) -> tuple[str, int]: ...
 
+    def read_bytes(self, path: str, offset: int) -> bytes:
+        """The next chunk of a file on the host from `offset` (b"" at its end or if it is missing)."""
+        ...
+
     def port_is_free(self, port: int) -> bool: ...
 
     def listens_on(self, proc: ServerProcess, port: int) -> bool:

@@ -41,7 +41,14 @@ class LocalForward:
     def _pipe(self, conn: socket.socket, peer: tuple[str, int]) -> None:
         """Two blocking pumps, one per direction. No select() on the channel: its fileno() is a pipe
         that paramiko closes with the channel, and a late write to a reused fd number would land
-        in whatever file took that number (the SSH socket itself, once seen)."""
+        in whatever file took that number (the SSH socket itself, once seen).
+
+        Either end finishing ends both: the client closing makes the upstream pump close the
+        channel (which wakes channel.recv); the remote closing, or the channel dying with its
+        transport, ends channel.recv, and conn is then shut down, not merely closed. A plain
+        close() of a socket another thread is blocked in recv() on neither wakes that thread nor
+        sends a FIN, so a kept-alive client would write its next request into a connection
+        that nothing reads, and wait for a reply that never comes."""
         channel = None
         try:
             channel = self._open_channel(self.remote, peer)
@@ -54,6 +61,7 @@ class LocalForward:
         finally:
             with self._lock:
                 self._open.discard(conn)
+            _shut(conn)
             for end in (channel, conn):
                 try:
                     if end is not None:
@@ -61,15 +69,25 @@ class LocalForward:
                 except Exception:
                     pass
 
+    def open_connections(self) -> int:
+        """Client connections being piped now (tests watch them close)."""
+        with self._lock:
+            return len(self._open)
+
     def close(self) -> None:
         self._closed.set()
         self._listener.close()
         with self._lock:
             for conn in list(self._open):
-                try:
-                    conn.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+                _shut(conn)
+
+
+def _shut(conn: socket.socket) -> None:
+    """FIN to the client and EOF to any thread blocked reading conn."""
+    try:
+        conn.shutdown(socket.SHUT_RDWR)
+    except OSError:  # already shut, or the client reset it
+        pass
 
 
 def _pump(recv: Callable[[int], bytes], send: Callable[[bytes], Any],

@@ -75,8 +75,9 @@ def _wait_holders_gone(host: Host, spec: HostSpec, needed: list[int]) -> GpuSnap
         time.sleep(POLL_S)
 
 
-def wait_gpus_released(host: Host, spec: HostSpec, baseline: GpuSnapshot, port: int) -> None:
-    """Block until the GPUs are back to `baseline` and `port` is free; stop the sweep if not in time."""
+def wait_gpus_released(host: Host, spec: HostSpec, baseline: GpuSnapshot, port: int) -> GpuSnapshot | None:
+    """Block until the GPUs are back to `baseline` and `port` is free, and return the snapshot that
+    showed it; stop the sweep if not in time."""
     needed = gpus_needed(spec.gpus, baseline, spec.env.get("CUDA_VISIBLE_DEVICES"))
     deadline = time.monotonic() + spec.gpu_release_timeout_s
     while True:
@@ -85,7 +86,7 @@ def wait_gpus_released(host: Host, spec: HostSpec, baseline: GpuSnapshot, port: 
         if not host.port_is_free(port):
             reasons.append(f"port {port} is still in use")
         if not reasons:
-            return
+            return snapshot
         if time.monotonic() >= deadline:
             raise GpusNotReleased(
                 f"host {host.name!r}: {spec.gpu_release_timeout_s:.0f}s after the server was stopped, "

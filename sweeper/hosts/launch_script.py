@@ -12,8 +12,13 @@ from sweeper.redact import MASK, redact_env
 
 
 def build_remote_run_dir(work_dir: str, local_trial_dir: str) -> str:
-    """`<work_dir>/<study>/<trial>` from the local `results/<study>/trials/<trial>` folder."""
+    """`<work_dir>/<study>/<trial>` from the local `results/<study>/trials/<trial>` folder
+    (`<work_dir>/<study>/<trial>/profile` from `.../trials/<trial>/profile`)."""
     local = PurePath(local_trial_dir)
+    parts = local.parts
+    if "trials" in parts[1:-1]:
+        at = len(parts) - 1 - parts[::-1].index("trials")
+        return posixpath.join(work_dir, parts[at - 1], *parts[at + 1:])
     study = local.parent.parent.name if local.parent.name == "trials" else local.parent.name
     return posixpath.join(work_dir, study or "study", local.name)
 

@@ -22,6 +22,9 @@ from sweeper.hosts.procfs import (
 )
 
 
+READ_CHUNK = 64 * 1024 * 1024
+
+
 class LocalHost:
     def __init__(self, name: str, spec: HostSpec):
         self.name, self.spec = name, spec
@@ -103,9 +106,19 @@ class LocalHost:
             return "", offset
         return data.decode(errors="replace"), offset + len(data)
 
+    def read_bytes(self, path: str, offset: int) -> bytes:
+        try:
+            with open(path, "rb") as source:
+                source.seek(offset)
+                return source.read(READ_CHUNK)
+        except FileNotFoundError:
+            return b""
+
     def port_is_free(self, port: int) -> bool:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: TIME_WAIT is free
+            # As servers bind (uvicorn, llama-server): a port whose old connections sit in TIME_WAIT
+            # is free. Without it every stop waited out TIME_WAIT, ~60 s a trial (seen on the H200).
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:

@@ -292,17 +292,8 @@ class SSHHost:
 
     def _run_agent(self, transport: paramiko.Transport, op: str, request: Mapping[str, Any],
                    timeout_s: float) -> dict:
-        channel = transport.open_session(timeout=self.spec.connect_timeout_s)
-        try:
-            channel.settimeout(timeout_s)
-            channel.exec_command(self._agent_command)
-            channel.sendall(json.dumps({**request, "op": op}).encode())
-            channel.shutdown_write()
-            out = channel.makefile("rb").read()
-            err = channel.makefile_stderr("rb").read()
-            status = channel.recv_exit_status()
-        finally:
-            channel.close()
+        status, out, err = self._exec(transport, self._agent_command,
+                                      json.dumps({**request, "op": op}).encode(), timeout_s)
         if status == 127:
             raise UserError(f"host {self.name!r}: {self.python_for_agent()} not found on the host "
                             "(set `python:` for this host in hosts.yaml)")
@@ -313,6 +304,43 @@ class SSHHost:
         except ValueError:
             tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
             raise InfraError(f"host {self.name!r}: {op} failed (exit {status}): {tail[0]}") from None
+
+    def _exec(self, transport: paramiko.Transport, command: str, stdin: bytes,
+              timeout_s: float) -> tuple[int, bytes, bytes]:
+        """One command on its own channel, fed stdin: (exit status, stdout, stderr)."""
+        channel = transport.open_session(timeout=self.spec.connect_timeout_s)
+        try:
+            channel.settimeout(timeout_s)
+            channel.exec_command(command)
+            channel.sendall(stdin)
+            channel.shutdown_write()
+            out = channel.makefile("rb").read()
+            err = channel.makefile_stderr("rb").read()
+            status = channel.recv_exit_status()
+        finally:
+            channel.close()
+        return status, out, err
+
+    def run_python(self, source: str, stdin: bytes, timeout_s: float) -> CommandResult:
+        """`python -c source` with the host's python (site-packages on, unlike the agent: the
+        load client needs aiohttp), fed stdin. Not retried: a dropped connection is an InfraError
+        (and a disruption of the trial), as during an agent operation."""
+        transport = self._transport()
+        argv = (self.python_for_agent(), "-c", source)
+        try:
+            status, out, err = self._exec(transport, shlex.join(argv), stdin, timeout_s)
+            if status == -1:
+                raise EOFError("the channel closed without an exit status")
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            if _went_down(transport):
+                with self._lock:
+                    if self._clients and self._clients[-1].get_transport() is transport:
+                        self._reconnect("the connection dropped during a run on the host")
+                raise InfraError(f"host {self.name!r}: the connection dropped during a run on the host; "
+                                 "reconnected") from None
+            raise InfraError(f"host {self.name!r}: a run on the host failed: {type(exc).__name__}: {exc}") from None
+        return CommandResult(argv[:2] + ("<program>",), status, out.decode(errors="replace"),
+                             err.decode(errors="replace"))
 
     # ---- the Host protocol ----
 
@@ -387,6 +415,9 @@ class SSHHost:
             local.seek(offset)
             data = local.read()
         return data.decode(errors="replace"), offset + len(data)
+
+    def read_bytes(self, path: str, offset: int) -> bytes:
+        return base64.b64decode(self._agent("read_log", {"path": path, "offset": offset})["data"])  # 1 MiB chunks
 
     def port_is_free(self, port: int) -> bool:
         return self._agent("port_free", {"port": port})["free"]

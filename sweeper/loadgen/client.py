@@ -8,6 +8,14 @@ lag (lag.py), so a level the client could not keep up with is marked invalid, no
 
 aiohttp over httpx: on one core it ingests about 2x the streamed tokens per second
 (bench/README.md, "Capacity").
+
+Connections are kept alive: each response is read to its end, and its connection goes back to a
+pool that serves the next request (a new TCP connection per request sat inside every TTFT and cost
+a third of the client's capacity). A server that closes a kept connection just as a request is
+sent into it (llama-server closes after every streamed response while advertising keep-alive)
+gets that request once more on a fresh connection; the sample counts the reconnect. A dead server
+gives failed samples, never a hang: a kept connection whose server died is closed under the pool
+(through the SSH port forward too, hosts/forward.py), and no request is retried twice.
 """
 
 from __future__ import annotations
@@ -16,16 +24,21 @@ import asyncio
 import json
 import math
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
+from typing import Any, Coroutine, TypeVar
 
 import aiohttp
 
-from sweeper.loadgen.endpoints import Api, build_request_body, choice_text, endpoint_url
+from sweeper.loadgen.endpoints import Api, RequestDialect, build_request_body, choice_text, endpoint_url
 from sweeper.loadgen.lag import LagStats, LoopLagMonitor
 from sweeper.loadgen.sse import SseDataDecoder
 
 ERROR_BODY_CHARS = 200
+T = TypeVar("T")
+_decode_json = json.JSONDecoder().decode  # json.loads minus its per-call argument checks
+JSON_HEADERS = {"Content-Type": "application/json"}
+DRAIN_S = 1.0  # after [DONE], how long the body's end may take before the connection is dropped
 
 
 class LoadgenError(Exception):
@@ -53,6 +66,9 @@ class RequestSample:
     streamed_tokens: int
     usage_reported: bool
     requested_output_tokens: int
+    # chunk_tokens were spread from the final usage count (a coalescing server, RequestDialect)
+    tokens_estimated: bool = False
+    reconnects: int = 0  # sent again on a fresh connection: the server had closed the kept one
 
     @property
     def latency(self) -> float:
@@ -75,22 +91,63 @@ class _StreamTally:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     error: str = ""
+    coalesced: bool = False  # events of one read are one chunk; counts come from the final usage
+    tokens_estimated: bool = False
+    done_at: float | None = None  # when [DONE] arrived (the body's end is read after it)
     _held_tokens: int = 0  # tokens of empty-text chunks not yet attributed
     _cumulative: int = 0  # last per-chunk cumulative completion_tokens seen
+    _text_length: int = 0  # /generate: length of the cumulative text so far
 
     def add(self, event: dict, now: float) -> None:
+        usage = event.get("usage")
+        choices = event.get("choices")
+        if choices and not usage and not self.coalesced and not event.get("error") and event.get("object") != "error":
+            choice = choices[0]
+            text = choice.get("text")
+            if text and text.__class__ is str and "token_ids" not in choice:
+                # Nearly every event: a completion chunk of text without usage, one token. The
+                # general path below gives the same; this one runs per token, so it is short.
+                self.chunk_times.append(now)
+                self.chunk_tokens.append(1 + self._held_tokens)
+                self._held_tokens = 0
+                return
         if event.get("error") or event.get("object") == "error":
             detail = json.dumps(event.get("error", event))
             self.error = f"error in stream: {detail[:ERROR_BODY_CHARS]}"
             return
-        usage = event.get("usage") or {}
-        choices = event.get("choices") or []
+        if "meta_info" in event:
+            self._add_native(event, now)
+            return
+        usage = usage or {}
         if choices:
             self._add_choice(choices[0], usage, now)
         if isinstance(usage.get("completion_tokens"), int):
             self.completion_tokens = usage["completion_tokens"]
         if isinstance(usage.get("prompt_tokens"), int):
             self.prompt_tokens = usage["prompt_tokens"]
+
+    def _add_native(self, event: dict, now: float) -> None:
+        """An SGLang /generate event: the text so far (cumulative, SGLang's default and what
+        bench_serving assumes) and meta_info's cumulative completion_tokens. An event that adds
+        no text holds its tokens for the next that does, as an empty OpenAI chunk does."""
+        meta = event.get("meta_info") or {}
+        total = meta.get("completion_tokens")
+        if isinstance(total, int):
+            tokens, self._cumulative = max(total - self._cumulative, 0), max(total, self._cumulative)
+            self.completion_tokens = total
+        else:
+            tokens = 1
+        if isinstance(meta.get("prompt_tokens"), int):
+            self.prompt_tokens = meta["prompt_tokens"]
+        text = event.get("text")
+        length = len(text) if isinstance(text, str) else 0
+        if length <= self._text_length:
+            self._held_tokens += tokens
+            return
+        self._text_length = length
+        self.chunk_times.append(now)
+        self.chunk_tokens.append(max(tokens + self._held_tokens, 1))
+        self._held_tokens = 0
 
     def _add_choice(self, choice: dict, usage: dict, now: float) -> None:
         tokens = self._tokens_in_event(choice, usage)
@@ -99,9 +156,27 @@ class _StreamTally:
             # character; those tokens arrive with the next non-empty chunk.
             self._held_tokens += tokens
             return
-        self.chunk_times.append(now)
-        self.chunk_tokens.append(max(tokens + self._held_tokens, 1))
+        if self.coalesced and self.chunk_times and self.chunk_times[-1] == now:
+            self.chunk_tokens[-1] += max(tokens + self._held_tokens, 1)  # same read: same instant
+        else:
+            self.chunk_times.append(now)
+            self.chunk_tokens.append(max(tokens + self._held_tokens, 1))
         self._held_tokens = 0
+
+    def finish(self) -> None:
+        """For a coalescing server: tokens the usage counts beyond the events seen (held back by
+        its detokenizer, or several per event) are spread evenly over the chunks, so ITL spreads a
+        chunk's gap over its tokens. Fewer usage tokens than events stays a mismatch."""
+        counted = sum(self.chunk_tokens)
+        if not (self.coalesced and self.chunk_tokens and self.completion_tokens is not None):
+            return
+        surplus = self.completion_tokens - counted
+        if surplus <= 0:
+            return
+        n = len(self.chunk_tokens)
+        base, extra = divmod(surplus, n)
+        self.chunk_tokens = [t + base + (1 if i >= n - extra else 0) for i, t in enumerate(self.chunk_tokens)]
+        self.tokens_estimated = True
 
     def _tokens_in_event(self, choice: dict, usage: dict) -> int:
         # Per-chunk usage (continuous_usage_stats) or token_ids say exactly how many tokens a
@@ -144,6 +219,17 @@ class StreamOptions:
     extra_body: dict | None = None
     min_tokens: bool = False  # also send min_tokens = max_tokens (SGLang, vLLM)
     continuous_usage: bool = False  # ask for cumulative usage in every chunk
+    ignore_eos: bool = True  # send ignore_eos (servers with a strict schema refuse it)
+    coalesced_stream: bool = False  # see RequestDialect.coalesced_stream
+
+
+def fit_to_dialect(options: StreamOptions, dialect: RequestDialect) -> StreamOptions:
+    """The options limited to what the server accepts: its endpoint, no field it refuses (asking
+    for min_tokens or per-chunk usage is dropped where it has none), its way of streaming."""
+    return replace(options, api=dialect.api, ignore_eos=dialect.ignore_eos,
+                   min_tokens=options.min_tokens and dialect.min_tokens,
+                   continuous_usage=options.continuous_usage and dialect.continuous_usage,
+                   coalesced_stream=dialect.coalesced_stream)
 
 
 @dataclass
@@ -154,19 +240,38 @@ class LevelRun:
     start: float
     end: float
     lag: LagStats
+    ran: dict = field(default_factory=dict)  # run on the host: its python, version, client module
 
     @property
     def duration_s(self) -> float:
         return self.end - self.start
 
 
-def new_session() -> aiohttp.ClientSession:
-    # limit=0: aiohttp's default pool of 100 (and any smaller cap) would silently bound concurrency.
-    # force_close: one connection per request, always (see _read_stream). Without it a response read
-    # to its end (e.g. [DONE] and the last chunk in one segment) goes back to the pool, and
-    # llama-server, which closes after each streamed response while advertising keep-alive, fails
-    # the next request on that connection ("Can not write request body").
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=True))
+STALLED = "stalled:"  # how the error of a request that got no byte for stall_timeout_s begins
+
+
+def is_stalled(sample: RequestSample) -> bool:
+    return bool(sample.error) and sample.error.startswith(STALLED)
+
+
+def new_session(keep_alive: bool = True) -> aiohttp.ClientSession:
+    """A session whose pool never bounds concurrency (limit=0: aiohttp's default of 100, or any
+    smaller cap, would silently); it holds at most as many connections as requests were in flight.
+    keep_alive=False opens a new connection per request."""
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=not keep_alive)
+    return aiohttp.ClientSession(connector=connector, trace_configs=[_reuse_trace()])
+
+
+def _reuse_trace() -> aiohttp.TraceConfig:
+    """Marks a request's trace context (a SimpleNamespace passed as trace_request_ctx) `reused`
+    when aiohttp sends it over a pooled connection."""
+    async def on_reuse(session: object, context: SimpleNamespace, params: object) -> None:
+        if isinstance(context.trace_request_ctx, SimpleNamespace):
+            context.trace_request_ctx.reused = True
+
+    config = aiohttp.TraceConfig()
+    config.on_connection_reuseconn.append(on_reuse)
+    return config
 
 
 def _connection_cap(session: aiohttp.ClientSession) -> int | None:
@@ -215,10 +320,15 @@ async def run_closed_loop(
     url = endpoint_url(base_url, opts.api)
     samples: list[RequestSample | None] = [None] * len(prompts)
     queue = iter(enumerate(prompts))  # shared by the workers: each takes the next prompt when free
+    stalled = False  # a stalled request means a hung server: send no more (the level is lost anyway)
 
     async def worker(client: aiohttp.ClientSession) -> None:
+        nonlocal stalled
         for index, prompt in queue:
+            if stalled:
+                return
             samples[index] = await _send_streaming(client, url, model, prompt, output_len, opts)
+            stalled = stalled or is_stalled(samples[index])
 
     client = session or new_session()
     try:
@@ -276,6 +386,27 @@ async def run_open_loop(
     return LevelRun(list(samples), wall_start, wall_end, lag.stats())
 
 
+def run_measured(coro: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run, on uvloop's event loop when uvloop is installed (SGLang and vLLM environments
+    have it): on one core it spent ~20% less CPU per streamed token at 20,000-25,000 tok/s and
+    kept one more level valid (bench/README.md); timing and accuracy were the same."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    run = getattr(uvloop, "run", None)  # uvloop >= 0.18
+    return run(coro) if run is not None else asyncio.run(coro)
+
+
+def event_loop_name() -> str:
+    """Which event loop run_measured uses here."""
+    try:
+        import uvloop
+    except ImportError:
+        return "asyncio"
+    return "uvloop" if hasattr(uvloop, "run") else "asyncio"
+
+
 def run_level(
     base_url: str,
     model: str,
@@ -288,7 +419,7 @@ def run_level(
     options: StreamOptions | None = None,
 ) -> LevelRun:
     """Blocking run_closed_loop for callers without an event loop (it makes its own session)."""
-    return asyncio.run(
+    return run_measured(
         run_closed_loop(
             base_url,
             model,
@@ -319,18 +450,16 @@ async def _send_streaming(
         extra_body=opts.extra_body,
         min_tokens=opts.min_tokens,
         continuous_usage=opts.continuous_usage,
+        ignore_eos=opts.ignore_eos,
     )
-    tally = _StreamTally()
-    start = time.perf_counter()
-    try:
-        error = await _read_stream(session, url, payload, opts, tally)
-    except aiohttp.ServerTimeoutError:  # sock_read: the only socket timeout set
-        error = f"stalled: no data for {opts.stall_timeout_s:g} s"
-    except TimeoutError:
-        error = f"timeout after {opts.timeout_s:g} s"
-    except Exception as exc:  # a bad server must cost one sample, never the whole level
-        error = f"{type(exc).__name__}: {exc}"[:ERROR_BODY_CHARS]
-    end = time.perf_counter()
+    body = json.dumps(payload).encode()  # before the clock starts: not the server's latency
+    start, tally, error, stale = await _attempt(session, url, body, opts)
+    reconnects = 0
+    if stale:  # once more, on a connection of its own: the pool may hold more the server closed
+        reconnects = 1
+        async with new_session(keep_alive=False) as fresh:
+            start, tally, error, _ = await _attempt(fresh, url, body, opts)
+    end = tally.done_at if tally.done_at is not None and not error else time.perf_counter()
     streamed = sum(tally.chunk_tokens)
     return RequestSample(
         ok=not error,
@@ -345,7 +474,40 @@ async def _send_streaming(
         streamed_tokens=streamed,
         usage_reported=tally.completion_tokens is not None,
         requested_output_tokens=output_len,
+        tokens_estimated=tally.tokens_estimated,
+        reconnects=reconnects,
     )
+
+
+async def _attempt(
+    session: aiohttp.ClientSession, url: str, body: bytes, opts: StreamOptions
+) -> tuple[float, _StreamTally, str, bool]:
+    """Send once: (start, tally, error text or "", whether it met a kept connection the server
+    had closed)."""
+    tally = _StreamTally(coalesced=opts.coalesced_stream)
+    attempt = SimpleNamespace(reused=False, answered=False)
+    start = time.perf_counter()
+    try:
+        error = await _read_stream(session, url, body, opts, tally, attempt)
+        if not error:
+            tally.finish()
+        return start, tally, error, False
+    except aiohttp.ServerTimeoutError:  # sock_read: the only socket timeout set
+        return start, tally, f"{STALLED} no data for {opts.stall_timeout_s:g} s", False
+    except TimeoutError:
+        return start, tally, f"timeout after {opts.timeout_s:g} s", False
+    except Exception as exc:  # a bad server must cost one sample, never the whole level
+        error = f"{type(exc).__name__}: {exc}"[:ERROR_BODY_CHARS]
+        return start, tally, error, _closed_under_us(exc, attempt)
+
+
+def _closed_under_us(exc: Exception, attempt: SimpleNamespace) -> bool:
+    """A kept connection the server had closed before this request reached it: it failed on a
+    reused connection with no reply at all (aiohttp's own retry rule, which it applies to
+    idempotent methods only). A connection that could not be opened is never this."""
+    return (attempt.reused and not attempt.answered
+            and isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError))
+            and not isinstance(exc, aiohttp.ClientConnectorError))
 
 
 def _prompt_ids(prompt: str | list[int]) -> int:
@@ -354,31 +516,43 @@ def _prompt_ids(prompt: str | list[int]) -> int:
 
 
 async def _read_stream(
-    session: aiohttp.ClientSession, url: str, payload: dict, opts: StreamOptions, tally: _StreamTally
+    session: aiohttp.ClientSession, url: str, body: bytes, opts: StreamOptions, tally: _StreamTally,
+    attempt: SimpleNamespace,
 ) -> str:
     """Feed the response's events into tally; return an error text, or "" on success."""
     timeout = aiohttp.ClientTimeout(total=opts.timeout_s, sock_read=opts.stall_timeout_s)
-    async with session.post(url, json=payload, timeout=timeout) as response:
+    async with session.post(url, data=body, headers=JSON_HEADERS, timeout=timeout,
+                            trace_request_ctx=attempt) as response:
+        attempt.answered = True
         if response.status != 200:
             body = await response.text(errors="replace")
             return f"HTTP {response.status}: {body[:ERROR_BODY_CHARS]}"
         decoder = SseDataDecoder()
-        # Returning at [DONE] leaves the body's end unread, so aiohttp closes the connection and
-        # the next request opens a new one (inside its TTFT: ~0.2 ms on loopback). Reusing it is
-        # not safe yet: through the SSH port forward, a kept connection whose server died is not
-        # closed, and a request sent into it hangs (tests/e2e/test_ssh_sweep.py).
         async for data in response.content.iter_any():
             now = time.perf_counter()
             for payload_text in decoder.feed(data):
                 if payload_text == "[DONE]":
+                    tally.done_at = now
+                    await _read_to_end(response)
                     return tally.error
-                tally.add(json.loads(payload_text), now)
+                tally.add(_decode_json(payload_text), now)
                 if tally.error:
                     return tally.error
         for payload_text in decoder.flush():
             if payload_text != "[DONE]":
                 tally.add(json.loads(payload_text), time.perf_counter())
     return tally.error
+
+
+async def _read_to_end(response: aiohttp.ClientResponse) -> None:
+    """Read the body's end (the last chunk of a chunked reply), so the connection goes back to the
+    pool; a body that does not end soon after [DONE] costs its connection, not the sample."""
+    if response.content.at_eof():
+        return
+    try:
+        await asyncio.wait_for(response.content.read(), DRAIN_S)
+    except Exception:
+        response.close()
 
 
 async def complete_once(
@@ -419,6 +593,10 @@ async def complete_once(
 def _parse_completion(body: str, status: int, url: str) -> CompletionResult:
     try:
         raw = json.loads(body)
+        if "meta_info" in raw:  # SGLang /generate
+            meta = raw["meta_info"] if isinstance(raw["meta_info"], dict) else {}
+            tokens = meta.get("completion_tokens")
+            return CompletionResult(str(raw["text"]), tokens if isinstance(tokens, int) else -1, raw)
         choice = raw["choices"][0]
         text = choice["message"]["content"] if "message" in choice else choice["text"]
     except (ValueError, KeyError, IndexError, TypeError) as exc:
@@ -444,8 +622,9 @@ def complete(
     timeout_s: float = 60.0,
     *,
     extra_body: dict | None = None,
+    api: Api = "completions",
 ) -> CompletionResult:
     """Blocking complete_once."""
     return asyncio.run(
-        complete_once(base_url, model, prompt, max_tokens, timeout_s, extra_body=extra_body)
+        complete_once(base_url, model, prompt, max_tokens, timeout_s, extra_body=extra_body, api=api)
     )

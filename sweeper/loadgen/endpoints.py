@@ -2,16 +2,36 @@
 
 `completions` (/v1/completions) takes a text prompt or a list of token ids; `chat`
 (/v1/chat/completions) takes text only, wrapped in one user message (the server's chat template
-adds tokens, so the input length is what the server's usage reports, not what was drawn).
+adds tokens, so the input length is what the server's usage reports, not what was drawn);
+`generate` is SGLang's native /generate (`text` or `input_ids`, `sampling_params`; each streamed
+event carries the text so far and `meta_info` with the cumulative completion_tokens).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
-Api = Literal["completions", "chat"]
-APIS: tuple[str, ...] = ("completions", "chat")
-_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+Api = Literal["completions", "chat", "generate"]
+APIS: tuple[str, ...] = ("completions", "chat", "generate")
+_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions", "generate": "/generate"}
+
+
+@dataclass(frozen=True)
+class RequestDialect:
+    """What a server accepts and how it streams, declared by its engine adapter (EngineInfo), so
+    the trial's requests are shaped by data rather than by engine name. The defaults are SGLang's
+    and vLLM's: token-id prompts on /v1/completions, ignore_eos and min_tokens accepted, usage in
+    every chunk on request."""
+
+    api: Api = "completions"
+    text_prompts: bool = False  # the server takes text only (no token-id prompts)
+    ignore_eos: bool = True  # accepts `ignore_eos` (a strict schema answers 422 to unknown fields)
+    min_tokens: bool = True  # accepts `min_tokens`
+    continuous_usage: bool = True  # honours stream_options.continuous_usage_stats
+    # One network read can bring several tokens and no chunk says how many: events of one read are
+    # one chunk, and the final usage count is spread over the chunks (marked as estimated).
+    coalesced_stream: bool = False
 
 
 def endpoint_url(base_url: str, api: Api) -> str:
@@ -30,10 +50,14 @@ def build_request_body(
     extra_body: dict | None = None,
     min_tokens: bool = False,
     continuous_usage: bool = False,
+    ignore_eos: bool = True,
 ) -> dict[str, Any]:
-    """Greedy request body. A streamed load request also ignores EOS (and, with min_tokens, asks
-    for at least max_tokens) so it runs to max_tokens, and asks for the usage report; with
-    continuous_usage, for a cumulative usage in every chunk too (SGLang, vLLM)."""
+    """Greedy request body. A streamed load request also ignores EOS (unless ignore_eos=False, for
+    servers that refuse the field; and, with min_tokens, asks for at least max_tokens) so it runs
+    to max_tokens, and asks for the usage report; with continuous_usage, for a cumulative usage in
+    every chunk too (SGLang, vLLM)."""
+    if api == "generate":
+        return _native_body(prompt, max_tokens, stream=stream, min_tokens=min_tokens) | (extra_body or {})
     body: dict[str, Any] = {"model": model}
     if api == "chat":
         if not isinstance(prompt, str):
@@ -46,10 +70,24 @@ def build_request_body(
         options: dict[str, bool] = {"include_usage": True}
         if continuous_usage:
             options["continuous_usage_stats"] = True
-        body |= {"ignore_eos": True, "stream": True, "stream_options": options}
+        body |= {"stream": True, "stream_options": options}
+        if ignore_eos:
+            body["ignore_eos"] = True
         if min_tokens:
             body["min_tokens"] = max_tokens
     return body | (extra_body or {})
+
+
+def _native_body(prompt: str | list[int], max_tokens: int, *, stream: bool, min_tokens: bool) -> dict[str, Any]:
+    """SGLang /generate: no model field; sampling_params as bench_serving's `sglang` backend sends
+    them (greedy; a streamed load request ignores EOS)."""
+    params: dict[str, Any] = {"max_new_tokens": max_tokens, "temperature": 0}
+    if stream:
+        params["ignore_eos"] = True
+        if min_tokens:
+            params["min_new_tokens"] = max_tokens
+    body: dict[str, Any] = {"input_ids": prompt} if isinstance(prompt, list) else {"text": prompt}
+    return body | {"sampling_params": params, "stream": stream}
 
 
 def choice_text(choice: dict) -> str:

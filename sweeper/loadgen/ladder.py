@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import aiohttp
 
-from sweeper.loadgen.client import LevelRun, StreamOptions, run_closed_loop, run_open_loop
+from sweeper.loadgen.client import LevelRun, StreamOptions, run_closed_loop, run_measured, run_open_loop
 from sweeper.loadgen.metrics import combine_repeats, summarize_level
 from sweeper.loadgen.workload import arrival_offsets_s, build_prompt_texts, build_prompt_token_ids
 
@@ -24,6 +24,7 @@ RECORD_KEYS = (
     *(f"{stat}_{metric}_ms" for metric in ("ttft", "itl", "tpot", "e2e_latency")
       for stat in ("mean", "median", "std", "p90", "p95", "p99")),
     "concurrency", "client_lag_p99_ms", "repeats", "cv_output_throughput", "unstable",
+    "tokens_per_chunk", "coarse_stream",
     "valid", "invalid_reason",
 )
 
@@ -75,10 +76,10 @@ def build_prompts(plan: LoadPlan, n: int, seed: int) -> list[list[int]] | list[s
 
 def run_once(base_url: str, model: str, plan: LoadPlan, concurrency: int, prompts: list) -> LevelRun:
     if plan.request_rate is None:
-        return asyncio.run(run_closed_loop(base_url, model, prompts, plan.output_len, concurrency,
+        return run_measured(run_closed_loop(base_url, model, prompts, plan.output_len, concurrency,
                                            options=plan.options))
     offsets = arrival_offsets_s(len(prompts), plan.request_rate, poisson=plan.poisson, seed=plan.seed)
-    return asyncio.run(run_open_loop(base_url, model, prompts, plan.output_len, offsets,
+    return run_measured(run_open_loop(base_url, model, prompts, plan.output_len, offsets,
                                      max_concurrency=concurrency, options=plan.options))
 
 

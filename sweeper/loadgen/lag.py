@@ -13,8 +13,6 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-import numpy as np
-
 TICK_S = 0.005
 
 
@@ -29,16 +27,25 @@ class LagStats:
 
 
 def lag_stats(oversleeps_s: list[float]) -> LagStats:
-    """Pure summary of oversleep samples (seconds) in ms; zeros when there are none."""
+    """Pure summary of oversleep samples (seconds) in ms; zeros when there are none.
+    Standard library only: this module also runs on the host (loadgen/onhost.py)."""
     if not oversleeps_s:
         return LagStats(0, 0.0, 0.0, 0.0)
-    values = np.asarray(oversleeps_s, dtype=float) * 1000.0
+    values = sorted(v * 1000.0 for v in oversleeps_s)
     return LagStats(
-        ticks=int(values.size),
-        median_ms=float(np.median(values)),
-        p99_ms=float(np.percentile(values, 99)),
-        max_ms=float(values.max()),
+        ticks=len(values),
+        median_ms=_percentile(values, 50),
+        p99_ms=_percentile(values, 99),
+        max_ms=values[-1],
     )
+
+
+def _percentile(ordered: list[float], q: float) -> float:
+    """numpy.percentile's default (linear interpolation between closest ranks) of sorted values."""
+    rank = (len(ordered) - 1) * q / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 class LoopLagMonitor:

@@ -11,6 +11,11 @@ MIN_CONCURRENCY_FRACTION of the target (closed loop only); or the client's own e
 (p99 oversleep of its ticker above MAX_CLIENT_LAG_P99_MS: the client, not the server, was then
 adding latency). Repeats of a level (combine_repeats) are flagged `unstable`, not invalid, when
 the coefficient of variation of their output throughput exceeds UNSTABLE_CV.
+
+A level whose stream was coarse (more than COARSE_TOKENS_PER_CHUNK tokens per chunk on average,
+e.g. `transformers serve` under load) is flagged `coarse_stream` with a note, not made invalid:
+its throughput is exact, but TTFT ends at a chunk that may hold several tokens and ITL is each
+chunk's gap spread evenly over its tokens.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ MIN_CONCURRENCY_FRACTION = 0.95
 # late (~29,000 tok/s and beyond).
 MAX_CLIENT_LAG_P99_MS = 5.0
 UNSTABLE_CV = 0.05
+COARSE_TOKENS_PER_CHUNK = 1.5
 
 
 def percentile_summary(values_ms: Sequence[float], name: str) -> dict[str, float]:
@@ -178,6 +184,7 @@ def summarize_level(
     total_output = sum(s.output_tokens for s in completed)
     achieved = achieved_concurrency(latencies, dur)
     reasons = invalid_reasons(samples, concurrency, achieved, requested_output_len, lag)
+    stream = stream_granularity(completed)
     goodput = None
     if slo_ttft_ms is not None or slo_tpot_ms is not None:
         ttft_s, tpot_s = (None if v is None else v * time_scale / 1000.0 for v in (slo_ttft_ms, slo_tpot_ms))
@@ -206,10 +213,30 @@ def summarize_level(
         "client_lag_median_ms": None if lag is None else lag.median_ms,
         "client_lag_p99_ms": None if lag is None else lag.p99_ms,
         "client_lag_max_ms": None if lag is None else lag.max_ms,
+        **stream,
         "errors": distinct_errors(samples),
         "valid": not reasons,
         "invalid_reasons": reasons,
     }
+
+
+def stream_granularity(completed: Sequence[RequestSample]) -> dict:
+    """How finely the stream arrived: chunks, tokens per chunk, and notes when it was coarse or
+    when chunk token counts were estimated from the final usage (client.RequestDialect)."""
+    chunks = sum(len(s.chunk_times) for s in completed)
+    tokens = sum(s.output_tokens for s in completed)
+    per_chunk = tokens / chunks if chunks else math.nan
+    estimated = sum(1 for s in completed if s.tokens_estimated)
+    coarse = per_chunk > COARSE_TOKENS_PER_CHUNK
+    notes = []
+    if coarse:
+        notes.append(f"coarse stream: {chunks} chunks carried {tokens} tokens ({per_chunk:.1f} per chunk); "
+                     "TTFT may include several tokens and ITL spreads each chunk's gap over its tokens")
+    if estimated:
+        notes.append(f"{estimated} of {len(completed)} requests: tokens per chunk spread from the "
+                     "server's final usage count (it reports none per chunk)")
+    return {"total_chunks": chunks, "tokens_per_chunk": per_chunk, "coarse_stream": coarse,
+            "chunk_tokens_estimated": estimated, "stream_notes": notes}
 
 
 def _per_second(count: float, duration_s: float) -> float:

@@ -30,3 +30,16 @@ def format_finalists_table(rows: list[dict], title: str) -> Table:
         table.add_row(str(rank), row["config"], str(row["runs"]), str(row["failed"]),
                       _num(row["mean"]), _num(row["ci95"], "±{:.2f}"))
     return table
+
+
+def format_pareto_finalists_table(rows: list[dict], names: tuple[str, str], title: str) -> Table:
+    """The Pareto mode's finalists: both objectives with their 95% CIs, front membership by means."""
+    table = Table(title=title)
+    for column in ("config", "runs", "failed", f"{names[0]} mean", "95% CI", f"{names[1]} mean", "95% CI",
+                   "front"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(row["config"], str(row["runs"]), str(row["failed"]), _num(row["mean"]),
+                      _num(row["ci95"], "±{:.2f}"), _num(row["mean_2"]), _num(row["ci95_2"], "±{:.2f}"),
+                      "[green]yes[/]" if row["on_front"] else ("failed" if row["mean"] is None else "dominated"))
+    return table

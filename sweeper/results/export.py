@@ -26,7 +26,8 @@ def _is_missing(value) -> bool:
 # Columns whose type does not depend on the data; parameters' types follow their values.
 _FIXED_DTYPES = {"rank": "Int64", "trial": "Int64", "duplicate_of": "Int64", "retry_of": "Int64",
                  "rank_level": "Int64", "feasible": "boolean", "objective": "float64",
-                 "rank_value": "float64", "duration_s": "float64"}
+                 "rank_value": "float64", "duration_s": "float64",
+                 "objective_2": "float64", "on_front": "boolean"}  # the last two: the Pareto mode
 _STRING_COLUMNS = {"state", "failure_stage", "failure_kind", "seed", "host", *PROVENANCE_COLUMNS}
 
 

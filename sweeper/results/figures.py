@@ -86,8 +86,9 @@ def build_latency_figure(series: Sequence[tuple[str, Sequence[int], Mapping[str,
 
 
 def build_pareto_figure(points: Sequence[tuple[int, float, float]], front: Sequence[tuple[int, float, float]],
-                        level: int) -> Figure:
-    """tok/s against p99 TTFT at one level: (trial, p99 TTFT ms, tok/s); the front highlighted."""
+                        latency: str, throughput: str) -> Figure:
+    """Throughput against latency: (trial, latency, throughput) of the feasible trials, the front
+    highlighted. `latency` and `throughput` name the axes, e.g. "p99_ttft_ms@c1"."""
     figure = new_figure()
     ax = figure.add_subplot()
     if not points:
@@ -95,15 +96,16 @@ def build_pareto_figure(points: Sequence[tuple[int, float, float]], front: Seque
     else:
         ax.scatter([p[1] for p in points], [p[2] for p in points], color="#90a4ae", label="feasible trials")
         front_sorted = sorted(front, key=lambda p: p[1])
+        # a staircase: what the front attains (no config beats it on both axes)
         ax.plot([p[1] for p in front_sorted], [p[2] for p in front_sorted], color="#d81b60", marker="o",
-                label="Pareto front")
-        for trial, ttft, tok_s in front_sorted:
-            ax.annotate(f"#{trial}", (ttft, tok_s), textcoords="offset points", xytext=(4, 4), fontsize=8)
-        ax.set_xlabel(f"p99 TTFT at C={level} (ms, lower is better)")
-        ax.set_ylabel(f"output tok/s at C={level}")
+                drawstyle="steps-post", label="Pareto front")
+        for trial, lat, tok_s in front_sorted:
+            ax.annotate(f"#{trial}", (lat, tok_s), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        ax.set_xlabel(f"{latency} (lower is better)")
+        ax.set_ylabel(f"{throughput} (higher is better)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    ax.set_title(f"Pareto front: throughput against p99 TTFT at C={level}")
+    ax.set_title(f"Pareto front: {throughput} against {latency}")
     return figure
 
 

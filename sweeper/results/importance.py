@@ -30,7 +30,7 @@ def _quiet_optuna() -> Iterator[None]:
 def feasible_complete_trials(study: optuna.Study) -> list[FrozenTrial]:
     reference = study.user_attrs.get("reference_text")
     return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if is_feasible(t, reference)]
+            if is_feasible(t, reference, study.user_attrs.get("output_rejected"))]
 
 
 def build_param_importances(study: optuna.Study) -> tuple[dict[str, float], str]:
@@ -44,14 +44,17 @@ def build_param_importances(study: optuna.Study) -> tuple[dict[str, float], str]
     varied = sorted(p for p in common if len({repr(t.params[p]) for t in trials}) > 1)
     if not varied:
         return {}, "no parameter took more than one value among the feasible trials"
-    if len({t.value for t in trials}) < 2:
+    if len({t.values[0] for t in trials}) < 2:
         return {}, "every feasible trial has the same objective value"
+    pareto = len(study.directions) > 1
     with _quiet_optuna():
-        scratch = optuna.create_study(direction=study.direction)
+        scratch = optuna.create_study(directions=study.directions)
         scratch.add_trials(trials)
-        try:
-            importances = optuna.importance.get_param_importances(scratch, params=varied)
+        try:  # the Pareto mode: importance for the first objective (throughput)
+            importances = optuna.importance.get_param_importances(
+                scratch, params=varied, target=(lambda t: t.values[0]) if pareto else None)
         except (ValueError, RuntimeError, ZeroDivisionError) as exc:
             return {}, f"optuna could not compute importances: {exc}"
-    return dict(importances), (f"over {len(trials)} feasible completed trials "
+    first = f" for {(study.metric_names or ['the first objective'])[0]}" if pareto else ""
+    return dict(importances), (f"over {len(trials)} feasible completed trials{first} "
                                f"({', '.join(varied)} varied)")

@@ -9,7 +9,7 @@ import optuna
 import pandas as pd
 
 from sweeper.errors import UserError
-from sweeper.results.leaderboard import concurrency_levels, leaderboard_frame
+from sweeper.results.leaderboard import concurrency_levels, is_pareto_study, leaderboard_frame
 from sweeper.results.stored import ObjectiveSpec, objective_spec
 
 
@@ -32,8 +32,11 @@ def check_level(study: optuna.Study, level: int | None) -> None:
 
 def ranked_frame(study: optuna.Study, level: int | None = None, feasible_only: bool = False) -> pd.DataFrame:
     """The leaderboard with `rank` (1 = best; empty when a trial does not rank), `rank_level` and
-    `rank_value`, ranked trials first, then the rest by trial number."""
+    `rank_value`, ranked trials first, then the rest by trial number. In the Pareto mode only
+    the front ranks, by its first objective (throughput)."""
     check_level(study, level)
+    if is_pareto_study(study):
+        return front_ranked_frame(study, level, feasible_only)
     spec = objective_spec(study, level)
     frame = leaderboard_frame(study)
     if frame.empty:
@@ -50,6 +53,25 @@ def ranked_frame(study: optuna.Study, level: int | None = None, feasible_only: b
     frame["rank"] = pd.array([i + 1 if r else None for i, r in enumerate(ranked)], dtype="Int64")
     if feasible_only:
         frame = frame[ranked].reset_index(drop=True)
+    return frame
+
+
+def front_ranked_frame(study: optuna.Study, level: int | None = None, feasible_only: bool = False) -> pd.DataFrame:
+    """The Pareto mode's leaderboard: the front first, ranked 1..n by the first objective, each
+    with both values (`objective`, `objective_2`); then dominated feasible trials, then the rest."""
+    if level is not None:
+        raise UserError(f"--level: study {study.study_name!r} has two objectives, each at its own level; "
+                        "its Pareto front is not ranked at another level")
+    spec = objective_spec(study)
+    frame = leaderboard_frame(study)
+    if frame.empty:
+        return frame.assign(rank=pd.Series(dtype="Int64"), rank_level=pd.Series(dtype="int64"),
+                            rank_value=pd.Series(dtype="float64"))
+    front = frame["on_front"].astype(bool)
+    frame = frame.assign(rank_level=spec.level, rank_value=frame["objective"].where(front))
+    frame["rank"] = pd.array([i + 1 if f else None for i, f in enumerate(front)], dtype="Int64")
+    if feasible_only:
+        frame = frame[front].reset_index(drop=True)
     return frame
 
 

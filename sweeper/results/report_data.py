@@ -15,7 +15,7 @@ from sweeper.results.importance import build_param_importances
 from sweeper.results.leaderboard import concurrency_levels, parameter_names
 from sweeper.results.provenance import build_provenance
 from sweeper.results.ranking import ranked_frame
-from sweeper.results.stored import ObjectiveSpec, objective_spec
+from sweeper.results.stored import ObjectiveSpec, objective_spec, objective_specs
 
 TOP_CONFIGS = 5
 LATENCY_CONFIGS = 3
@@ -59,7 +59,7 @@ class ReportData:
     parameters: list[str]
     counts: dict[str, int]
     top: list[ConfigLevels]
-    pareto_points: list[tuple[int, float, float]]
+    pareto_points: list[tuple[int, float, float]]  # (trial, latency, throughput)
     pareto_front: list[tuple[int, float, float]]
     importances: dict[str, float]
     importance_note: str
@@ -70,6 +70,18 @@ class ReportData:
     ablation: Any = None
     space_description: str = ""
     notes: list[str] = field(default_factory=list)
+    # the Pareto mode's two objectives (throughput, latency); empty for a one-objective study
+    pareto_objectives: list[ObjectiveSpec] = field(default_factory=list)
+
+    @property
+    def pareto_axes(self) -> tuple[str, str]:
+        """(latency axis, throughput axis) of the front: the study's two objectives, or p99 TTFT
+        and output tok/s at the objective's level."""
+        if self.pareto_objectives:
+            throughput, latency = self.pareto_objectives
+            return latency.name, throughput.name
+        level = self.objective.level
+        return f"p99_ttft_ms@c{level}", f"output_throughput@c{level}"
 
 
 def pareto_front(points: list[tuple[int, float, float]]) -> list[tuple[int, float, float]]:
@@ -108,6 +120,15 @@ def build_pareto_points(study: optuna.Study, frame, level: int) -> list[tuple[in
         if metrics and metrics.get("p99_ttft_ms") is not None and metrics.get("output_throughput") is not None:
             points.append((int(number), float(metrics["p99_ttft_ms"]), float(metrics["output_throughput"])))
     return points
+
+
+def build_objective_points(frame) -> tuple[list[tuple[int, float, float]], list[tuple[int, float, float]]]:
+    """The Pareto mode: (trial, latency objective, throughput objective) of every feasible trial,
+    and of those on the study's front (as the leaderboard computes it), by latency."""
+    feasible = frame[frame["feasible"].astype(bool) & frame["objective"].notna()]
+    points = [(int(r["trial"]), float(r["objective_2"]), float(r["objective"])) for _, r in feasible.iterrows()]
+    front = sorted((p for p, on in zip(points, feasible["on_front"]) if on), key=lambda p: (p[1], -p[2]))
+    return points, front
 
 
 def build_failures(frame) -> list[tuple[str, str, int, list[int]]]:
@@ -167,7 +188,12 @@ def build_report_data(study: optuna.Study, top: int = TOP_CONFIGS) -> ReportData
     frame = ranked_frame(study)
     importances, note = build_param_importances(study)
     timeline = build_timeline(study, frame) if len(frame) else []
-    points = build_pareto_points(study, frame, spec.level) if len(frame) else []
+    specs = objective_specs(study)
+    if len(specs) > 1 and len(frame):
+        points, front = build_objective_points(frame)
+    else:
+        points = build_pareto_points(study, frame, spec.level) if len(frame) else []
+        front = pareto_front(points)
     return ReportData(
         title=f"sweeper report: {study.study_name}",
         provenance=build_provenance(study),
@@ -177,7 +203,8 @@ def build_report_data(study: optuna.Study, top: int = TOP_CONFIGS) -> ReportData
         counts=build_counts(study, frame),
         top=build_top_configs(study, frame, levels, top) if len(frame) else [],
         pareto_points=points,
-        pareto_front=pareto_front(points),
+        pareto_front=front,
+        pareto_objectives=specs if len(specs) > 1 else [],
         importances=importances,
         importance_note=note,
         failures=build_failures(frame) if len(frame) else [],

@@ -43,9 +43,15 @@ def format_params(params: dict) -> str:
 
 def build_summary_section(data: ReportData) -> Section:
     c, p = data.counts, data.provenance
+    if data.pareto_objectives:
+        throughput, latency = data.pareto_objectives
+        goal = (f"Two objectives (the Pareto mode): maximize {throughput.metric} at C={throughput.level}, "
+                f"minimize {latency.metric} at C={latency.level}; the ranked configs are the Pareto front.")
+    else:
+        goal = (f"Objective: {data.objective.metric} at C={data.objective.level} "
+                f"({'maximize' if data.objective.maximize else 'minimize'}).")
     text = (f"{c['trials']} trials, {c['evaluations']} real evaluations, {c['ranked']} ranked, "
-            f"{c['failed']} failed, {c['duplicates']} duplicates. Objective: {data.objective.metric} at "
-            f"C={data.objective.level} ({'maximize' if data.objective.maximize else 'minimize'}). "
+            f"{c['failed']} failed, {c['duplicates']} duplicates. {goal} "
             f"Engine {p['engine'] or '?'} on host {p['host'] or '?'}, model {p['model'] or '?'}.")
     paragraphs = [data.space_description, text] if data.space_description else [text]
     return Section("summary", "Summary", paragraphs)
@@ -91,12 +97,13 @@ def build_latency_section(data: ReportData) -> Section:
 
 
 def build_pareto_section(data: ReportData) -> Section:
-    level = data.objective.level
-    table = Table(["trial", f"p99 TTFT at C={level} (ms)", f"output tok/s at C={level}"],
-                  [[str(t), fmt(ttft, 1), fmt(tok)] for t, ttft, tok in data.pareto_front])
-    text = (f"{len(data.pareto_front)} of {len(data.pareto_points)} ranked configs are on the front: "
-            "none of the others has both a lower p99 TTFT and a higher throughput.")
-    return Section("pareto", f"Pareto front: tok/s against p99 TTFT at C={level}", [text], [table],
+    latency, throughput = data.pareto_axes
+    table = Table(["trial", f"{latency} (lower is better)", f"{throughput} (higher is better)"],
+                  [[str(t), fmt(lat, 1), fmt(tok)] for t, lat, tok in data.pareto_front])
+    which = "feasible configs (the study's two objectives)" if data.pareto_objectives else "ranked configs"
+    text = (f"{len(data.pareto_front)} of {len(data.pareto_points)} {which} are on the front: no other "
+            f"is at least as good on both ({latency} as low, {throughput} as high) and better on one.")
+    return Section("pareto", f"Pareto front: {throughput} against {latency}", [text], [table],
                    figure="pareto")
 
 

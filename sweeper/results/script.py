@@ -6,11 +6,12 @@ import shlex
 import sys
 
 import optuna
+from optuna.trial import FrozenTrial
 
 from sweeper.config import HostSpec, Space
 from sweeper.engines import get_engine
 from sweeper.redact import redact_env
-from sweeper.results.leaderboard import best_trial
+from sweeper.results.leaderboard import best_trial, format_values
 
 
 def format_launch_script(space: Space, host_name: str, host_spec: HostSpec, params: dict,
@@ -25,13 +26,16 @@ def format_launch_script(space: Space, host_name: str, host_spec: HostSpec, para
     return "\n".join(lines) + "\n"
 
 
-def best_launch_script(study: optuna.Study, space: Space, host_spec: HostSpec) -> str | None:
-    best = best_trial(study)
+def best_launch_script(study: optuna.Study, space: Space, host_spec: HostSpec,
+                       trial: FrozenTrial | None = None) -> str | None:
+    """The launch script of `trial`, by default the best (in the Pareto mode: the front's best
+    throughput)."""
+    best = trial or best_trial(study)
     if best is None:
         return None
     attrs = study.user_attrs
-    metric = (study.metric_names or ["objective"])[0]
-    header = (f"best of study {study.study_name}: trial {best.number}, {metric} = {best.value:.2f}"
+    which = "best" if trial is None else "chosen"
+    header = (f"{which} of study {study.study_name}: trial {best.number}, {format_values(study, best)}"
               " (written by sweeper; *** marks secrets to fill in)")
     # The same interpreter a sweep would use: the host's, or this one for the local host.
     python = host_spec.python or (sys.executable if host_spec.transport == "local" else "python3")

@@ -11,14 +11,17 @@ from rich.table import Table
 from rich.text import Text
 
 from sweeper.results.gap import build_study_gap, format_gap_lines
-from sweeper.results.leaderboard import best_trial, infeasible_reason, is_evaluation
+from sweeper.results.leaderboard import (
+    best_trial, format_values, infeasible_reason, is_evaluation, is_pareto_study, pareto_trials,
+)
 
 
 def format_show(study: optuna.Study) -> Group:
     trials = study.get_trials(deepcopy=False)
     reference = study.user_attrs.get("reference_text")
     states = Counter(t.state.name for t in trials)
-    infeasible = Counter(infeasible_reason(t, reference) for t in trials
+    rejected = study.user_attrs.get("output_rejected")
+    infeasible = Counter(infeasible_reason(t, reference, rejected) for t in trials
                          if t.state == TrialState.COMPLETE)
     infeasible.pop(None, None)
     evaluated = sum(1 for t in trials if is_evaluation(t))
@@ -28,11 +31,16 @@ def format_show(study: optuna.Study) -> Group:
     if infeasible:
         lines.append(Text("not ranked: " + ", ".join(f"{k} {v}" for k, v in sorted(infeasible.items()))))
     best = best_trial(study)
-    if best:
-        metric = (study.metric_names or ["objective"])[0]
-        lines.append(Text(f"best: trial {best.number}, {metric} = {best.value:.2f}, {best.params}"))
+    if best and is_pareto_study(study):
+        front = pareto_trials(study)
+        lines.append(Text(f"Pareto front: {len(front)} configs (trials {', '.join(str(t.number) for t in front)})"))
+        lines += [Text(f"  trial {t.number}: {format_values(study, t)}, {t.params}") for t in front]
+    elif best:
+        lines.append(Text(f"best: trial {best.number}, {format_values(study, best)}, {best.params}"))
     else:
         lines.append(Text("best: none feasible yet"))
+    for warning in study.user_attrs.get("engine_warnings") or []:
+        lines.append(Text(f"engine: {warning}", style="yellow"))
     if gap := build_study_gap(study):
         lines += [Text(line) for line in format_gap_lines(gap)]
     running = [t for t in trials if t.state == TrialState.RUNNING]

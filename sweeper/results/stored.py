@@ -34,11 +34,20 @@ class ObjectiveSpec:
         return f"{self.metric}@c{self.level}"
 
 
+def objective_specs(study: optuna.Study) -> list[ObjectiveSpec]:
+    """What the study optimises, in the order of its values: one spec, or the Pareto pair
+    (throughput, latency)."""
+    space = stored_space(study)
+    if space is not None:
+        return [ObjectiveSpec(g.metric, g.level, g.direction == "maximize") for g in space.goals]
+    stored = study.user_attrs.get("space", {})  # a copy that no longer parses: read what we can
+    objective = stored.get("objective", {})
+    levels = stored.get("workload", {}).get("concurrency") or [1]
+    return [ObjectiveSpec(objective.get("metric", "output_throughput"), int(objective.get("level") or max(levels)),
+                          study.directions[0] == optuna.study.StudyDirection.MAXIMIZE)]
+
+
 def objective_spec(study: optuna.Study, level: int | None = None) -> ObjectiveSpec:
-    """The study's objective metric and direction, at `level` (default: the objective's level)."""
-    space = study.user_attrs.get("space", {})
-    objective = space.get("objective", {})
-    levels = space.get("workload", {}).get("concurrency") or [1]
-    chosen = level or objective.get("level") or max(levels)
-    return ObjectiveSpec(objective.get("metric", "output_throughput"), int(chosen),
-                         study.direction == optuna.study.StudyDirection.MAXIMIZE)
+    """The study's (first) objective metric and direction, at `level` (default: its own level)."""
+    first = objective_specs(study)[0]
+    return ObjectiveSpec(first.metric, int(level or first.level), first.maximize)

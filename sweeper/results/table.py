@@ -9,14 +9,16 @@ import optuna
 import pandas as pd
 from rich.table import Table
 
-from sweeper.results.leaderboard import concurrency_levels, parameter_names
+from sweeper.results.leaderboard import concurrency_levels, is_pareto_study, parameter_names
 from sweeper.results.ranking import ranked_frame
-from sweeper.results.stored import objective_spec
+from sweeper.results.stored import objective_spec, objective_specs
 
 
 def format_leaderboard_table(study: optuna.Study, top: int, level: int | None = None,
                              feasible_only: bool = False) -> Table:
     frame = ranked_frame(study, level, feasible_only)
+    if is_pareto_study(study):
+        return _front_table(study, frame, top)
     spec = objective_spec(study, level)
     table = Table(title=f"{study.study_name}: top {min(top, len(frame))} of {len(frame)} trials "
                         f"(ranked by {spec.name})")
@@ -36,9 +38,31 @@ def format_leaderboard_table(study: optuna.Study, top: int, level: int | None = 
     return table
 
 
+def _front_table(study: optuna.Study, frame: pd.DataFrame, top: int) -> Table:
+    """The Pareto mode: the front (ranked by the first objective) with both values, then the rest."""
+    first, second = objective_specs(study)
+    on_front = int(frame["on_front"].sum()) if len(frame) else 0
+    table = Table(title=f"{study.study_name}: Pareto front of {first.name} (higher is better) and "
+                        f"{second.name} (lower is better): {on_front} config{'s' if on_front != 1 else ''} on the front of "
+                        f"{len(study.get_trials(deepcopy=False))} trials")
+    for name in ("#", "rank", "result"):
+        table.add_column(name, justify="right" if name != "result" else "left")
+    table.add_column(first.name, justify="right")
+    table.add_column(second.name, justify="right")
+    table.add_column("config", overflow="fold", ratio=1)
+    params = parameter_names(study)
+    for _, row in frame.head(top).iterrows():
+        config = " ".join(f"{p}={row[f'param_{p}']}" for p in params if row[f"param_{p}"] != "")
+        table.add_row(str(row["trial"]), _fmt(row["rank"]), format_result(row), _fmt(row["objective"]),
+                      _fmt(row["objective_2"]), config)
+    return table
+
+
 def format_result(row) -> str:
     if row["duplicate_of"] != "":
         return f"dup of {row['duplicate_of']}"
+    if "on_front" in row.index and row["feasible"]:
+        return "[green]front[/]" if row["on_front"] else "dominated"
     if row["feasible"] and pd.isna(row["rank"]):
         return f"[yellow]invalid at C={row['rank_level']}[/]"
     if row["feasible"]:

@@ -12,6 +12,7 @@ on the case study in /work/shared/seed. Modules:
 - scheduler.py continuous batching on absolute deadlines, in modelled time * time scale
 - boot.py      start-up sequence: distributed init, weight load, memory pool, graph capture
 - server.py    aiohttp app (/health, /health_generate, /v1/models, /v1/completions, ...) + main
+- profiler.py  /start_profile, /stop_profile: torch-format traces whose kernels follow perf.py
 - procs.py     the per-GPU scheduler children that survive a SIGKILLed parent (kill the group)
 - text.py      deterministic greedy tokens, garbage tokens
 - logs.py      SGLang-style log lines
@@ -44,4 +45,9 @@ Crash regions (checked in this order; see failures.py):
   graphs on (it runs only with --disable-cuda-graph, a little cheaper a2a but no graphs).
 - garbage, garbage_output: moe_runner_backend other than marlin, flashinfer_mxfp4, auto: the
   server is healthy and fast but answers nonsense (check outputs, not just status codes).
+- mid-load hang (only with `--hang-after-requests N`): after N finished requests no step completes;
+  /health answers 200, requests get no token (the controller's load watchdog ends the trial `hang`).
+
+Greedy answers depend on the TP size at a few near-tied positions (text.py, TIE_RATE), so a
+correctness gate comparing TP 4 with a TP 8 reference needs its tolerance, as on real GPUs.
 """

@@ -59,6 +59,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
                      help="modelled weight-load time")
     sim.add_argument("--noise", type=_non_negative_float, default=0.02,
                      help="std of per-step speed jitter; the per-launch factor gets half of it")
+    sim.add_argument("--hang-after-requests", type=int, default=None,
+                     help="stop producing tokens after this many finished requests (an NCCL hang "
+                          "mid-load: /health still answers 200)")
     sim.add_argument("--sim-gpus", type=int, default=8, help="GPUs on the simulated host")
     sim.add_argument("--sim-gpu-memory-gb", type=_positive_float, default=96.0, help="memory per GPU")
     return parser

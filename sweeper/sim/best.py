@@ -43,25 +43,26 @@ def sim_config_of(space: Space, config: dict[str, Any]) -> SimConfig:
 
 
 def modelled_objective(space: Space, config: dict[str, Any]) -> float | None:
-    """The modelled objective of a config, or None when the simulator would fail it."""
+    """The modelled (first) objective of a config, or None when the simulator would fail it."""
     cfg = sim_config_of(space, config)
     if failure_of(cfg) is not None:
         return None
-    workload = space.workload
-    metrics = modelled_level_metrics(cfg, workload.input_len, workload.output_len, space.objective_level)
-    return _MODELLED[space.objective.metric](metrics)
+    workload, goal = space.workload, space.goals[0]  # the Pareto mode: its throughput objective
+    metrics = modelled_level_metrics(cfg, workload.input_len, workload.output_len, goal.level)
+    return _MODELLED[goal.metric](metrics)
 
 
 def best_config(space: Space) -> SimOptimum:
     if space.engine != "sim":
         raise UserError(f"space {space.name!r} uses engine {space.engine!r}; `sim best` needs engine: sim")
-    if space.objective.metric not in _MODELLED:
-        raise UserError(f"the simulator models {', '.join(_MODELLED)}, not {space.objective.metric}")
+    goal = space.goals[0]
+    if goal.metric not in _MODELLED:
+        raise UserError(f"the simulator models {', '.join(_MODELLED)}, not {goal.metric}")
     try:
         configs = list(enumerate_configs(space))
     except ValueError as exc:
         raise UserError(f"space {space.name!r} is not finite ({exc}); give every float a step") from None
-    sign = 1.0 if space.objective.direction == "maximize" else -1.0
+    sign = 1.0 if goal.direction == "maximize" else -1.0
     best: tuple[float, dict] | None = None
     feasible = 0
     for config in configs:
@@ -76,3 +77,57 @@ def best_config(space: Space) -> SimOptimum:
     if best is None:
         raise UserError(f"no config of space {space.name!r} runs on the simulator")
     return SimOptimum(config=best[1], value=best[0], feasible=feasible, total=len(configs))
+
+
+# The model has no spread between requests of one level (lockstep rounds), so a percentile of a
+# latency is its modelled value.
+_MODELLED_LATENCY = {
+    "median_ttft_ms": lambda m: m.ttft_ms, "p99_ttft_ms": lambda m: m.ttft_ms,
+    "median_itl_ms": lambda m: m.itl_ms, "p99_itl_ms": lambda m: m.itl_ms,
+    "median_e2e_latency_ms": lambda m: m.e2e_latency_ms,
+}
+
+
+@dataclass(frozen=True)
+class ModelledPoint:
+    config: dict[str, Any]
+    throughput: float
+    latency: float
+
+
+def modelled_pair(space: Space, config: dict[str, Any]) -> tuple[float, float] | None:
+    """The Pareto mode's two objectives of a config on the model, or None when it is excluded by
+    a rule or constraint or the simulator would fail it."""
+    if violated_constraints(space, config) or excluded_by_rule(space, config):
+        return None
+    cfg = sim_config_of(space, config)
+    if failure_of(cfg) is not None:
+        return None
+    throughput, latency = space.goals
+    w = space.workload
+    at_throughput = modelled_level_metrics(cfg, w.input_len, w.output_len, throughput.level)
+    at_latency = modelled_level_metrics(cfg, w.input_len, w.output_len, latency.level)
+    return _MODELLED[throughput.metric](at_throughput), _MODELLED_LATENCY[latency.metric](at_latency)
+
+
+def modelled_front(space: Space) -> tuple[list[ModelledPoint], int, int]:
+    """The exact Pareto front of a two-objective space on the model, by throughput (best first);
+    with the counts of feasible and of all configs."""
+    from sweeper.pareto import front_keys
+    from sweeper.space import config_key
+
+    if space.engine != "sim":
+        raise UserError(f"space {space.name!r} uses engine {space.engine!r}; `sim best` needs engine: sim")
+    throughput, latency = space.goals
+    if throughput.metric not in _MODELLED or latency.metric not in _MODELLED_LATENCY:
+        raise UserError(f"the simulator models {', '.join(_MODELLED)} and {', '.join(_MODELLED_LATENCY)}")
+    try:
+        configs = list(enumerate_configs(space))
+    except ValueError as exc:
+        raise UserError(f"space {space.name!r} is not finite ({exc}); give every float a step") from None
+    points = {config_key(c): (c, pair) for c in configs if (pair := modelled_pair(space, c)) is not None}
+    if not points:
+        raise UserError(f"no config of space {space.name!r} runs on the simulator")
+    keys = front_keys({k: pair for k, (_, pair) in points.items()}, (True, False))
+    front = [ModelledPoint(points[k][0], *points[k][1]) for k in keys]
+    return sorted(front, key=lambda p: (-p.throughput, p.latency)), len(points), len(configs)

@@ -31,6 +31,7 @@ from typing import Callable
 from sweeper.sim.config import SimConfig
 from sweeper.sim.logs import SimLog
 from sweeper.sim.perf import prefill_time_ms, step_time_ms
+from sweeper.sim.profiler import SimProfiler
 
 DECODE_LOG_INTERVAL = 40  # steps between "Decode batch." lines, as SGLang's default
 # After a stall longer than this (wall s), restart the deadline chain instead of bursting to catch up.
@@ -38,6 +39,7 @@ MAX_LAG_S = 0.25
 # Idle gaps up to this long (wall s) are client turnaround, not an idle server.
 TURNAROUND_MAX_S = 0.05
 CREDIT_PER_STEP = 0.25
+NCCL_WATCHDOG_S = 600.0  # modelled seconds before torch's NCCL watchdog reports a stuck collective
 
 
 @dataclass(frozen=True)
@@ -83,8 +85,12 @@ class Jitter:
 
 
 class Scheduler:
-    def __init__(self, cfg: SimConfig, time_scale: float, jitter: Jitter, log: SimLog) -> None:
+    def __init__(self, cfg: SimConfig, time_scale: float, jitter: Jitter, log: SimLog,
+                 hang_after_requests: int | None = None) -> None:
         self._cfg = cfg
+        # An NCCL hang mid-load: after this many finished requests no step ever completes again.
+        self._hang_after = hang_after_requests
+        self._finished = 0
         self._scale = time_scale
         self._jitter = jitter
         self._log = log
@@ -96,6 +102,7 @@ class Scheduler:
         self._steps = 0
         self._tokens_since_log = 0
         self._last_log_at: float | None = None
+        self.profiler: SimProfiler | None = None  # set by the server: sees every forward pass
 
     # ---- called by request handlers ----
 
@@ -144,6 +151,8 @@ class Scheduler:
         loop = asyncio.get_running_loop()
         cursor = loop.time()  # modelled end of the previous pass, in loop time
         while True:
+            if self._hang_after is not None and self._finished >= self._hang_after:
+                await self._hang()
             self._running = [r for r in self._running if not r.cancelled]
             if not self._running and not any(not r.cancelled for r in self._waiting):
                 self._waiting.clear()
@@ -157,6 +166,17 @@ class Scheduler:
                 cursor = await self._prefill_pass(cursor)
             else:
                 cursor = await self._decode_step(cursor)
+
+    async def _hang(self) -> None:
+        """A collective that never completes: requests stay in flight with no tokens, the HTTP
+        server keeps answering; torch's watchdog logs the timeout later (the process stays up)."""
+        await asyncio.sleep(NCCL_WATCHDOG_S * self._scale)
+        self._log.raw(
+            "[rank0]:[E ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation timeout: "
+            f"WorkNCCL(SeqNum={4000 + self._steps}, OpType=ALLREDUCE, NumelIn=7168, NumelOut=7168, "
+            f"Timeout(ms)={NCCL_WATCHDOG_S * 1000:.0f}) ran for {NCCL_WATCHDOG_S * 1000 + 12:.0f} "
+            "milliseconds before timing out.")
+        await asyncio.Event().wait()
 
     async def _prefill_pass(self, start: float) -> float:
         loop = asyncio.get_running_loop()
@@ -175,6 +195,8 @@ class Scheduler:
                 batch.extend(joined)
                 deadline = deadline_for(batch)
         batch = [r for r in batch if not r.cancelled]
+        if self.profiler is not None:
+            self.profiler.record("prefill", start, deadline, sum(r.input_len for r in batch), len(batch))
         self._log.info(
             f"Prefill batch. #new-seq: {len(batch)}, #new-token: {sum(r.input_len for r in batch)}, "
             f"#cached-token: 0, token usage: 0.00, #running-req: {len(self._running)}, "
@@ -183,6 +205,8 @@ class Scheduler:
             request.emit_next_token()
             if not request.finished:
                 self._running.append(request)
+            else:
+                self._finished += 1
         self._count_tokens(len(batch), deadline)
         return deadline
 
@@ -193,9 +217,12 @@ class Scheduler:
         self._credit_s -= credit
         deadline = start + duration - credit
         await self._sleep_until(deadline, wake_on_arrival=False)
+        if self.profiler is not None:
+            self.profiler.record("decode", start, deadline, batch, batch)
         stepped = [r for r in self._running if not r.cancelled]
         for request in stepped:
             request.emit_next_token()
+        self._finished += sum(r.finished for r in stepped)
         self._running = [r for r in stepped if not r.finished]
         self._count_tokens(len(stepped), deadline)
         self._steps += 1

@@ -31,9 +31,11 @@ from sweeper.sim.config import SimConfig, sim_config_from
 from sweeper.sim.failures import SimFailure, failure_of
 from sweeper.sim.logs import SimLog
 from sweeper.sim.procs import terminate_children
+from sweeper.sim.profiler import ProfilerError, SimProfiler
 from sweeper.sim.scheduler import Jitter, Scheduler, SimRequest
 from sweeper.sim.text import (
-    config_seed, garbage_token, greedy_token, prompt_key, prompt_length, sampled_token,
+    GreedyStream, config_seed, garbage_logprob, garbage_token, prompt_key, prompt_length, prompt_tokens,
+    sampled_token, token_logprob,
 )
 
 __all__ = ["build_arg_parser", "main", "parse_args"]
@@ -82,10 +84,13 @@ class SimServer:
         self._log = log
         self._ready = False
         self._model_name = args.served_model_name or args.model_path
-        self._scheduler = Scheduler(cfg, args.time_scale, Jitter(args.noise, args.random_seed), log)
+        self._scheduler = Scheduler(cfg, args.time_scale, Jitter(args.noise, args.random_seed), log,
+                                    hang_after_requests=args.hang_after_requests)
         self._garbage_seed = config_seed(repr(cfg)) if failure is not None and failure.phase == "garbage" else None
         self._request_ids = itertools.count()
         self._runner: web.AppRunner | None = None
+        self._profiler = SimProfiler(cfg, args.time_scale)
+        self._scheduler.profiler = self._profiler
 
     # ---- lifecycle ----
 
@@ -131,10 +136,34 @@ class SimServer:
             garbage_seed = self._garbage_seed
             return lambda index: garbage_token(garbage_seed, key, index)
         if temperature == 0:
-            return lambda index: greedy_token(key, index)
+            return GreedyStream(key, self._cfg.tp_size)  # numerics differ slightly across TP sizes
         # Sampling is reproducible per request seed, or per (--random-seed, request number).
         rng = random.Random(seed if seed is not None else f"{self._args.random_seed}:{next(self._request_ids)}")
         return lambda index: sampled_token(rng)
+
+    def _logprob_fn(self, key: bytes):
+        """Token index -> logprob of the text under `key` (a prompt, or a continuation's key)."""
+        if self._garbage_seed is not None:
+            garbage_seed = self._garbage_seed
+            return lambda index: garbage_logprob(garbage_seed, key, index)
+        numerics = self._cfg.tp_size
+        return lambda index: token_logprob(key, index, numerics)
+
+    def _logprobs_block(self, prompt: str | list[int], texts: list[str], echo: bool) -> dict[str, Any]:
+        """OpenAI completions `logprobs`: tokens and their logprobs (echo: the prompt's first, the
+        first prompt token without one, as vLLM and SGLang answer)."""
+        key = prompt_key(prompt)
+        tokens, logprobs = [], []
+        if echo:
+            tokens = prompt_tokens(prompt)
+            prompt_lp = self._logprob_fn(b"prompt|" + key)
+            logprobs = [None] + [prompt_lp(i) for i in range(1, len(tokens))]
+        output_lp = self._logprob_fn(key)
+        tokens += texts
+        logprobs += [output_lp(i) for i in range(len(texts))]
+        return {"tokens": tokens, "token_logprobs": logprobs,
+                "top_logprobs": [None if lp is None else {t: lp} for t, lp in zip(tokens, logprobs)],
+                "text_offset": None}
 
     async def _generate_one_token(self, key: bytes, input_len: int) -> None:
         request = SimRequest(input_len=input_len, max_tokens=1, token_text=self._token_text_fn(key, 0.0, None))
@@ -155,6 +184,8 @@ class SimServer:
         app.router.add_get("/server_info", self._server_info)
         app.router.add_get("/get_server_info", self._server_info)
         app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/start_profile", self._start_profile)
+        app.router.add_post("/stop_profile", self._stop_profile)
         return app
 
     async def _health(self, _: web.Request) -> web.Response:
@@ -180,6 +211,27 @@ class SimServer:
         info.update(version=SIM_VERSION, simulated=True, internal_states=[self._scheduler.load_counts()])
         return web.json_response(info)
 
+    async def _start_profile(self, http: web.Request) -> web.Response:
+        try:
+            body = await http.json() if http.can_read_body else {}
+            if not isinstance(body, dict):
+                raise ProfilerError("request body must be a JSON object")
+            self._profiler.start(body, dict(os.environ), asyncio.get_running_loop().time())
+        except (ProfilerError, ValueError) as exc:
+            return web.Response(status=400, text=f"{exc}\n")
+        self._log.info("Profiling starts. Traces will be saved to: " + self._profiler.output_dir, rank=0)
+        return web.Response(text="Start profiling.\n")
+
+    async def _stop_profile(self, _: web.Request) -> web.Response:
+        try:
+            recorded = self._profiler.stop()
+        except ProfilerError as exc:
+            return web.Response(status=400, text=f"{exc}\n")
+        # As SGLang: the answer comes once every rank's trace is written.
+        paths = await asyncio.to_thread(self._profiler.write, *recorded)
+        self._log.info(f"Profiling done. Traces are saved to: {paths[0].parent if paths else ''}", rank=0)
+        return web.Response(text="Stop profiling. This will take some time.\n")
+
     async def _completions(self, http: web.Request) -> web.StreamResponse:
         try:
             body = await http.json()
@@ -189,6 +241,8 @@ class SimServer:
             max_tokens = _int_field(body, "max_tokens", 16, minimum=1)
             temperature = 1.0 if body.get("temperature") is None else float(body["temperature"])
             seed = body.get("seed")
+            logprobs = body.get("logprobs")
+            echo = bool(body.get("echo", False))
         except (BadRequest, ValueError, TypeError) as exc:
             return _error(400, str(exc))
         stream = bool(body.get("stream", False))
@@ -207,8 +261,10 @@ class SimServer:
             texts = []
             while not request.finished:
                 texts.append((await request.events.get()).text)
-            choice = {"index": 0, "text": "".join(texts), "logprobs": None, "finish_reason": "length",
-                      "matched_stop": None}
+            block = self._logprobs_block(prompt, texts, echo) if logprobs else None
+            prefix = (prompt if isinstance(prompt, str) else "") if echo else ""
+            choice = {"index": 0, "text": prefix + "".join(texts), "logprobs": block,
+                      "finish_reason": "length", "matched_stop": None}
             return web.json_response({**head, "choices": [choice], "usage": usage})
         finally:
             if not request.finished:

@@ -1,8 +1,12 @@
 """Token texts the simulated model emits: one word per token, each with a leading space.
 
-Greedy output is a pure function of the prompt, so every correctly working config answers a
-prompt with the same text; garbage configs (FP4 experts read as FP8) emit character soup that
-depends on the config, as broken numerics would.
+Greedy output is a pure function of the prompt and the TP size: like real numerics, a different
+TP size reduces in a different order, so at a few near-tied positions (TIE_RATE of them) the
+greedy pick flips and the continuation from there differs. Configs with the same TP size answer
+identically. Garbage configs (FP4 experts read as FP8) emit character soup that depends on the
+config, as broken numerics would. Prompt-token logprobs follow the same rule: a fixed value per
+(prompt, position), moved by at most NUMERICS_LOGPROB_JITTER by the TP size; garbage configs
+give unrelated values.
 """
 
 from __future__ import annotations
@@ -39,9 +43,61 @@ def _hash_int(*parts: bytes) -> int:
     return int.from_bytes(hashlib.sha256(b"|".join(parts)).digest()[:8], "big")
 
 
-def greedy_token(key: bytes, index: int) -> str:
-    """Token `index` of the greedy (temperature 0) continuation of the prompt `key`."""
-    return " " + VOCAB[_hash_int(key, str(index).encode()) % len(VOCAB)]
+# Share of greedy positions whose top two logits are so close that the reduction order (TP size)
+# decides between them.
+TIE_RATE = 0.04
+NUMERICS_LOGPROB_JITTER = 0.03  # nats, prompt-token logprob change across TP sizes
+
+
+def _is_tie(key: bytes, index: int) -> bool:
+    return _hash_int(key, b"tie", str(index).encode()) % 10_000 < TIE_RATE * 10_000
+
+
+def greedy_token(key: bytes, index: int, numerics: int = 0) -> str:
+    """Token `index` of the greedy (temperature 0) continuation of the prompt `key`, computed with
+    numerics `numerics` (the TP size; 0: the canonical pick at every tie)."""
+    return GreedyStream(key, numerics)(index)
+
+
+class GreedyStream:
+    """index -> greedy token text, remembering where the continuation branched (O(1) per token
+    when asked in order, as the scheduler does)."""
+
+    def __init__(self, key: bytes, numerics: int = 0) -> None:
+        self._key, self._numerics = key, numerics
+        self._branch, self._next = key, 0  # the branch key in force before position _next
+
+    def _picks_alternative(self, position: int) -> bool:
+        return bool(self._numerics and _is_tie(self._key, position) and _hash_int(
+            self._key, b"pick", str(position).encode(), str(self._numerics).encode()) % 2)
+
+    def __call__(self, index: int) -> str:
+        if index < self._next - 1:
+            self._branch, self._next = self._key, 0  # asked out of order: recompute from the start
+        while self._next <= index:
+            if self._picks_alternative(self._next):
+                self._branch = hashlib.sha256(self._branch + b"|alt|" + str(self._next).encode()).digest()
+            self._next += 1
+        return " " + VOCAB[_hash_int(self._branch, str(index).encode()) % len(VOCAB)]
+
+
+def token_logprob(key: bytes, index: int, numerics: int = 0) -> float:
+    """Logprob of token `index` of a text (a prompt token, or a generated token under `key`)."""
+    base = -0.05 - (_hash_int(key, b"lp", str(index).encode()) % 6000) / 1000.0
+    jitter = (_hash_int(key, b"lpj", str(index).encode(), str(numerics).encode()) % 2001 - 1000) / 1000.0
+    return round(min(base + jitter * NUMERICS_LOGPROB_JITTER, 0.0), 4)
+
+
+def garbage_logprob(seed: bytes, key: bytes, index: int) -> float:
+    """What misread weights assign to a token: unrelated to the healthy model's value."""
+    return round(-0.5 - (_hash_int(seed, key, b"glp", str(index).encode()) % 14_000) / 1000.0, 4)
+
+
+def prompt_tokens(prompt: str | Sequence[int]) -> list[str]:
+    """The prompt as tokens: its words with a leading space, or token ids as text."""
+    if isinstance(prompt, str):
+        return [(" " if i else "") + word for i, word in enumerate(prompt.split())]
+    return [f"<{int(token)}>" for token in prompt]
 
 
 def sampled_token(rng: random.Random) -> str:

@@ -51,7 +51,7 @@ def test_ssh_sweep_matches_a_local_run_in_form_and_keeps_secrets_out(ssh_cli, ss
     assert cli.run("leaderboard", "r1", "--csv", "r1.csv").returncode == 0
     frame = pd.read_csv(cli.workdir / "r1.csv")
     kinds = levels_and_kinds(frame)
-    assert kinds["triton/none/8/8"] == "garbage_output"
+    assert kinds["triton/none/8/8"] == "bad_output"
     assert kinds["marlin/deepep/8/8"] == "unsupported"
     assert kinds["marlin/none/8/4"] == "constraint"
     assert kinds["marlin/none/1/8"] == ""
@@ -71,6 +71,10 @@ def test_ssh_sweep_matches_a_local_run_in_form_and_keeps_secrets_out(ssh_cli, ss
     process = json.loads((local0 / "process.json").read_text())
     assert process["log_path"] == str(remote0 / "server.log")
     assert live_group_members(process["pgid"]) == []
+
+    # load_from: auto, and the host's python has aiohttp: every level ran on the host
+    measured = [json.loads(p.read_text())["levels"] for p in (cli.workdir / "results" / "r1" / "trials").glob("*/outcome.json")]
+    assert {level["load_from"] for levels in measured for level in levels.values()} == {"host"}
 
     # secrets of the host env: never in results, remote files, logs or the output
     places = [p for p in (cli.workdir / "results").rglob("*") if p.is_file()]

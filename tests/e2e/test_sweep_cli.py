@@ -27,7 +27,7 @@ def test_sweep_records_every_trial_and_exports_csv(cli):
     kinds = dict(zip(frame["param_moe_runner_backend"] + "/" + frame["param_moe_a2a_backend"]
                      + "/" + frame["param_ep_size"].astype(str) + "/" + frame["param_tp_size"].astype(str),
                      frame["failure_kind"].fillna("")))
-    assert kinds["triton/none/8/8"] == "garbage_output"
+    assert kinds["triton/none/8/8"] == "bad_output"
     assert kinds["marlin/deepep/8/8"] == "unsupported"
     assert kinds["marlin/none/8/4"] == "constraint"
     assert kinds["marlin/none/1/8"] == ""

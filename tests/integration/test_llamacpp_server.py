@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from sweeper.config import HostSpec, Launch, OutputCheck, parse_space
+from sweeper.correctness import OutputSample
 from sweeper.engines.llamacpp import LLAMACPP_INFO, LlamaCppEngine
 from sweeper.hosts.local import LocalHost
 from sweeper.hosts.procfs import live_group_members
@@ -103,14 +104,19 @@ def test_a_good_config_is_ready_and_the_check_modes_behave(host, tmp_path, llama
     try:
         assert isinstance(verdict, Ready), verdict
         url = host.base_url(port)
-        text, failure = check_output(url, space.model, OutputCheck(mode="none", max_tokens=8), None)
-        assert failure is None and text
-        again, _ = check_output(url, space.model, OutputCheck(mode="none", max_tokens=8), "other")
-        assert again == text  # greedy and the same server: the same tokens
-        _, failure = check_output(url, space.model, OutputCheck(mode="reference-only", max_tokens=8), None)
+        def check(mode):
+            return OutputCheck(mode=mode, max_tokens=8, prompts=["The capital of France is"])
+
+        samples, failure = check_output(url, space.model, check("none"), None, tmp_path)
+        assert failure is None and samples[0].text
+        again, _ = check_output(url, space.model, check("none"), None, tmp_path)
+        assert again[0].text == samples[0].text  # greedy and the same server: the same tokens
+        _, failure = check_output(url, space.model, check("reference-only"), None, tmp_path)
         assert failure is None  # no reference yet: nothing to compare, no garbage detector
-        _, failure = check_output(url, space.model, OutputCheck(mode="reference-only", max_tokens=8), text + "x")
-        assert failure is not None and failure.kind == "garbage_output"
+        other = [OutputSample("The capital of France is", " zz" * 8)]
+        _, failure = check_output(url, space.model, check("reference-only"), other, tmp_path)
+        assert failure is not None and failure.kind == "bad_output"
+        assert (tmp_path / "output_check.json").is_file()
     finally:
         stop(host, proc, port, FAST.stop_grace_s)
     assert live_group_members(proc.pgid) == []

@@ -19,6 +19,8 @@ from sweeper.loadgen.client import (
     StreamOptions,
     complete,
     complete_once,
+    new_session,
+    is_stalled,
     run_closed_loop,
     run_level,
     run_open_loop,
@@ -45,6 +47,7 @@ class Behaviour:
     stall_after: int | None = None  # after this many tokens, send nothing for stall_s
     stall_s: float = 5.0
     tokens_per_chunk: int = 1  # merge this many tokens into one chunk (SGLang under load)
+    close_kept: bool = False  # a request on a connection that already served one: close, no reply
 
 
 @dataclass
@@ -52,6 +55,7 @@ class ServerState:
     inflight: int = 0
     max_inflight: int = 0
     payloads: list[dict] = field(default_factory=list)
+    served_by_peer: dict = field(default_factory=dict)  # client (host, port) -> requests it sent
 
 
 class FakeCompletionServer:
@@ -79,6 +83,7 @@ class FakeCompletionServer:
         app = web.Application()
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._completions)
+        app.router.add_post("/generate", self._generate)
         self.runner = web.AppRunner(app)
         await self.runner.setup()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -89,6 +94,11 @@ class FakeCompletionServer:
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.state.payloads.append(body)
+        peer = request.transport.get_extra_info("peername")
+        self.state.served_by_peer[peer] = self.state.served_by_peer.get(peer, 0) + 1
+        if self.behaviour.close_kept and self.state.served_by_peer[peer] > 1:
+            request.transport.close()  # as llama-server: closes a connection it advertised as kept
+            raise asyncio.CancelledError
         self.state.inflight += 1
         self.state.max_inflight = max(self.state.max_inflight, self.state.inflight)
         try:
@@ -147,6 +157,33 @@ class FakeCompletionServer:
         await self._send_raw(response, b"data: [DONE]\n\n")
         return response
 
+    async def _generate(self, request: web.Request) -> web.StreamResponse:
+        """SGLang's native /generate: each event carries the text so far and meta_info with the
+        cumulative completion_tokens; a held-back token adds no text until the next one."""
+        body = await request.json()
+        self.state.payloads.append(body)
+        b = self.behaviour
+        params = body["sampling_params"]
+        prompt = body.get("input_ids") or body.get("text")
+        n = params["max_new_tokens"] if b.stop_after is None else min(b.stop_after, params["max_new_tokens"])
+        meta = {"prompt_tokens": len(prompt), "completion_tokens": 0, "finish_reason": None}
+        if not body.get("stream"):
+            await asyncio.sleep(b.token_delay_s * n)
+            return web.json_response({"text": b.token_text * n, "meta_info": meta | {"completion_tokens": n}})
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        shown = 0
+        for i in range(n):
+            await asyncio.sleep(b.token_delay_s)
+            held = b.hold_back_every and (i + 1) % b.hold_back_every == 0 and i < n - 1
+            shown = shown if held else i + 1
+            finish = {"type": "length"} if i == n - 1 else None
+            event = {"text": b.token_text * shown,
+                     "meta_info": meta | {"completion_tokens": i + 1, "finish_reason": finish}}
+            await self._send(response, event)
+        await self._send_raw(response, b"data: [DONE]\n\n")
+        return response
+
     async def _send(self, response: web.StreamResponse, event: dict) -> None:
         line = f"data: {json.dumps(event, ensure_ascii=False)}\n\n".encode()
         await self._send_raw(response, line)
@@ -181,9 +218,11 @@ def closed_port_url() -> str:
 
 
 def run_and_summarize(server, prompts, output_len, concurrency, **kwargs):
+    """Counting and concurrency verdicts. The client-lag verdict is left out here (lag=None): it
+    depends on how busy the test machine is, and has tests of its own below."""
     run = run_level(server.base_url, MODEL, prompts, output_len, concurrency, **kwargs)
     return run.samples, summarize_level(
-        run.samples, concurrency, run.duration_s, requested_output_len=output_len, lag=run.lag
+        run.samples, concurrency, run.duration_s, requested_output_len=output_len
     )
 
 
@@ -388,6 +427,15 @@ def test_stalled_stream_fails_as_stalled(serve):
     assert m["invalid_reasons"][0] == "2 of 2 requests failed: stalled: no data for 0.3 s"
 
 
+def test_a_stalled_request_stops_the_level_sending_more(serve):
+    """A hung server (an NCCL collective stuck mid-load) must not cost one stall timeout per
+    remaining request: after the first stall no new request is sent."""
+    server = serve(stall_after=2, stall_s=2.0)
+    options = StreamOptions(timeout_s=30, stall_timeout_s=0.3)
+    run = run_level(server.base_url, MODEL, build_prompt_token_ids(12, 8, seed=13), 6, 2, options=options)
+    assert len(run.samples) == 2 and all(is_stalled(s) for s in run.samples)  # the two in flight, no more
+
+
 def test_lagging_client_loop_makes_the_level_invalid(serve):
     server = serve(token_delay_s=0.01)
 
@@ -483,7 +531,7 @@ def test_open_loop_sends_on_schedule(serve):
     sent = [s.start - run.start for s in run.samples]
     assert sent == pytest.approx(offsets, abs=0.01)
     assert server.state.max_inflight >= 2  # each request takes ~0.1 s: they overlap
-    m = summarize_level(run.samples, None, run.duration_s, requested_output_len=10, lag=run.lag)
+    m = summarize_level(run.samples, None, run.duration_s, requested_output_len=10)  # lag: see above
     assert m["valid"], m["invalid_reasons"]
     assert m["max_concurrent_requests"] is None
 
@@ -499,3 +547,73 @@ def test_open_loop_max_concurrency_caps_in_flight(serve):
 def test_open_loop_needs_one_send_time_per_prompt(serve):
     with pytest.raises(ValueError, match="2 prompts but 1 send times"):
         asyncio.run(run_open_loop("http://127.0.0.1:1", MODEL, [[200], [201]], 2, [0.0]))
+
+
+# ---------------------------------------------------------------- kept-alive connections
+
+
+def test_connections_are_kept_alive_across_requests(serve):
+    server = serve(token_delay_s=0.005)
+    samples, m = run_and_summarize(server, build_prompt_token_ids(12, 8, seed=20), 4, 3)
+    assert all(s.ok and s.reconnects == 0 for s in samples), samples
+    assert len(server.state.served_by_peer) == 3  # three connections carried all twelve requests
+    assert sum(server.state.served_by_peer.values()) == 12
+
+
+def test_a_kept_connection_the_server_closed_is_retried_once_on_a_fresh_one(serve):
+    server = serve(token_delay_s=0.01, close_kept=True)
+    samples, m = run_and_summarize(server, build_prompt_token_ids(10, 8, seed=21), 4, 2)
+    assert not any(r.startswith(("1 ", "2 ")) or "failed" in r for r in m["invalid_reasons"])
+    assert all(s.ok and s.output_tokens == 4 for s in samples)
+    assert [s.reconnects for s in samples[:2]] == [0, 0]  # the first two had fresh connections
+    retried = sum(s.reconnects for s in samples)
+    assert retried >= 2 and max(s.reconnects for s in samples) == 1  # once each, never twice
+    assert len(server.state.payloads) == 10 + retried  # each retry reached the server once more
+    closed_under_us = [n for n in server.state.served_by_peer.values() if n == 2]
+    assert len(closed_under_us) == retried and max(server.state.served_by_peer.values()) == 2
+
+
+def test_keep_alive_off_opens_a_connection_per_request(serve):
+    server = serve(token_delay_s=0.005)
+
+    async def run():
+        async with new_session(keep_alive=False) as session:
+            return await run_closed_loop(server.base_url, MODEL, build_prompt_token_ids(6, 8, seed=22), 4, 2,
+                                         session=session)
+
+    assert all(s.ok for s in asyncio.run(run()).samples)
+    assert len(server.state.served_by_peer) == 6
+
+
+# ---------------------------------------------------------------- SGLang's native /generate
+
+
+def test_native_generate_stream_counts_tokens_from_meta_info(serve):
+    server = serve(token_delay_s=0.005, hold_back_every=3)
+    options = StreamOptions(api="generate", min_tokens=True)
+    samples, m = run_and_summarize(server, build_prompt_token_ids(2, 8, seed=30), 7, 2, options=options)
+    body = server.state.payloads[0]
+    assert set(body) == {"input_ids", "sampling_params", "stream"} and body["stream"] is True
+    assert body["sampling_params"] == {"max_new_tokens": 7, "temperature": 0, "ignore_eos": True,
+                                       "min_new_tokens": 7}
+    for s in samples:
+        assert s.ok and s.usage_reported and s.prompt_tokens == 8
+        assert s.chunk_tokens == [1, 1, 2, 1, 2]  # tokens 3 and 6 added no text: they came with 4 and 7
+        assert s.streamed_tokens == s.output_tokens == 7
+    assert m["completed"] == 2 and not any("usage" in r or "fewer" in r for r in m["invalid_reasons"])
+
+
+def test_native_generate_short_output_is_invalid(serve):
+    server = serve(token_delay_s=0.005, stop_after=3)
+    samples, m = run_and_summarize(server, build_prompt_texts(2, 8, seed=31), 6, 2,
+                                   options=StreamOptions(api="generate"))
+    assert "text" in server.state.payloads[0] and "input_ids" not in server.state.payloads[0]
+    assert all(s.output_tokens == 3 for s in samples)
+    assert not m["valid"] and any("fewer" in r or "short" in r for r in m["invalid_reasons"]), m["invalid_reasons"]
+
+
+def test_native_generate_complete_once(serve):
+    server = serve(token_delay_s=0.001)
+    result = complete(server.base_url, MODEL, "Hello", 4, api="generate")
+    assert result.text == "é " * 4 and result.completion_tokens == 4
+    assert server.state.payloads[0]["sampling_params"] == {"max_new_tokens": 4, "temperature": 0}

@@ -15,7 +15,8 @@ from sweeper.hosts.procfs import live_group_members
 # A "server" that forks two children which ignore SIGTERM, like schedulers that outlive their parent.
 STUBBORN = r"""
 import os, signal, subprocess, sys, time
-child = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: time.sleep(1)"
+child = ("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+         "print('child ignores SIGTERM', flush=True)\nwhile True: time.sleep(1)")
 kids = [subprocess.Popen([sys.executable, "-c", child]) for _ in range(2)]
 print("server up", flush=True)
 while True:
@@ -58,7 +59,9 @@ def test_detached_start_records_group_and_log(host, tmp_path):
 
 def test_stop_escalates_to_sigkill_and_leaves_nothing(host, tmp_path):
     proc = start(host, tmp_path)
-    wait_for(lambda: len(host.owned_members(proc)) == 3)
+    # The children must have installed their SIGTERM handler, not merely exist (a busy machine
+    # can take longer than the grace to start Python).
+    wait_for(lambda: host.read_log(proc, 0)[0].count("child ignores SIGTERM") == 2)
     report = host.stop_group(proc, grace_s=0.5)
     assert report.was_running and report.signal == "SIGKILL" and report.left_behind == ()
     assert live_group_members(proc.pgid) == []
@@ -123,3 +126,33 @@ def test_port_checks(host):
         port = sock.getsockname()[1]
         assert not host.port_is_free(port)
     assert host.port_is_free(port)
+
+
+def test_a_port_whose_old_connections_sit_in_time_wait_is_free(host):
+    """A stopped server's closed connections leave its port in TIME_WAIT for a minute; servers bind
+    with SO_REUSEADDR, so the port is free for the next one (before this, every trial on the H200
+    waited ~60 s for the port)."""
+    import socket
+
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    conn, _ = server.accept()
+    conn.close()  # the server side closes first: its end of the connection goes to TIME_WAIT
+    time.sleep(0.1)
+    client.close()
+    server.close()
+    with socket.socket() as plain, pytest.raises(OSError):
+        plain.bind(("127.0.0.1", port))  # the TIME_WAIT is there: a bind without SO_REUSEADDR fails
+    assert host.port_is_free(port)
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen()
+    try:
+        assert not host.port_is_free(port)  # a listening server still holds it
+    finally:
+        listener.close()

@@ -236,7 +236,8 @@ def test_models_and_streaming_completion(servers):
     assert "".join(c["choices"][0]["text"] for c in chunks) == greedy_text(server, list(range(128)), 8)
 
 
-def test_greedy_text_is_identical_across_working_configs_and_garbage_differs(servers):
+def test_greedy_text_is_identical_across_working_configs_of_one_tp_size_and_garbage_differs(servers):
+    """(Across TP sizes it differs slightly, as real numerics do: tests/integration/test_gate_and_watchdog.py.)"""
     prompt = "Explain why the decode step is attention bound on sm_120"
     baseline = greedy_text(servers["baseline"], prompt)
     assert len(baseline.split()) == 12

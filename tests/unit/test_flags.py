@@ -30,7 +30,7 @@ def test_problems_name_the_flag_the_choice_and_the_replacement():
     problems = flag_problems(argv, flags)
     assert problems == [
         "--cuda-graph-max-bs is not a flag of the installed engine; use --cuda-graph-max-bs-decode "
-        "/ --cuda-graph-max-bs-prefill (removed in SGLang 0.5.20)",
+        "/ --cuda-graph-max-bs-prefill (--cuda-graph-max-bs removed in SGLang 0.5.20)",
         "--moe-runner-backend humming: not one of the installed engine's choices (auto, deep_gemm, triton, marlin)",
     ]
 

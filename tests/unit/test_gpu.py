@@ -83,3 +83,16 @@ def test_real_h200_outputs_idle_busy_released():
     holders = holders_above(busy, range(1), 1024)
     assert [(h.pid, h.used_mib) for h in holders] == [(420, 8710)]
     assert released.gpus[0].used_mib == 0 and released.apps == ()
+
+
+def test_real_h200_after_a_sweep_is_back_at_baseline():
+    """nvidia-smi on the H200 after bench/gpu/run.sh's sweep of `transformers serve` (servers that
+    held up to 124 GB each, stopped by group): nothing held, so the gate lets the next launch go."""
+    folder = SAMPLES / "h200"
+    idle = parse_snapshot((folder / "idle.gpu.csv").read_text(), (folder / "idle.apps.csv").read_text())
+    busy = parse_snapshot((folder / "busy.gpu.csv").read_text(), (folder / "busy.apps.csv").read_text())
+    after = parse_snapshot((folder / "after_sweep.gpu.csv").read_text(), (folder / "after_sweep.apps.csv").read_text())
+    assert after.gpus[0].used_mib == 0 and after.apps == () and after.gpus[0].total_mib == 143771
+    assert memory_not_released(idle, after, [0], 1024) == []
+    assert memory_not_released(idle, busy, [0], 1024) == [
+        "GPU 0 uses 8719 MiB (baseline 0 MiB)", "pid 420 still holds 8710 MiB on GPU 0"]

@@ -58,3 +58,29 @@ def test_failure_signatures_on_log_excerpts():
     for text, kind in excerpts.items():
         found = classify_log(text, SGLANG_SIGNATURES)
         assert (found.kind if found else None) == kind, text
+
+
+VLLM_SPACE = parse_space("""\
+name: v
+engine: vllm
+model: Qwen/Qwen3-30B-A3B
+fixed_flags: {--max-model-len: 4096}
+parameters:
+  tp: {type: categorical, choices: [1, 2], flag: --tensor-parallel-size}
+  ep: {type: bool, flag: --enable-expert-parallel}
+  util: {type: float, low: 0.8, high: 0.95, flag: --gpu-memory-utilization}
+  algo: {type: categorical, choices: [Ring], env: NCCL_ALGO}
+""", "inline")
+
+
+def test_vllm_serve_argv_env_readiness_and_probes():
+    engine = get_engine("vllm")
+    spec = engine.build_launch_spec(VLLM_SPACE, {"tp": 2, "ep": True, "util": 0.9, "algo": "Ring"}, HOST, 8010, "py")
+    assert list(spec.argv) == [
+        "py", "-m", "vllm.entrypoints.cli.main", "serve", "Qwen/Qwen3-30B-A3B", "--host", "127.0.0.1",
+        "--port", "8010", "--max-model-len", "4096", "--tensor-parallel-size", "2", "--enable-expert-parallel",
+        "--gpu-memory-utilization", "0.9"]
+    assert spec.env["NCCL_ALGO"] == "Ring" and spec.env["HF_HOME"] == "/data/hf"
+    assert engine.info.readiness.health_path == "/health"
+    assert engine.help_argv("py") == ["py", "-m", "vllm.entrypoints.cli.main", "serve", "--help=all"]
+    assert engine.version_argv("py")[-1] == "vllm"

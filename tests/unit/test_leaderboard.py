@@ -61,7 +61,7 @@ def test_ranking_excludes_failures_duplicates_and_late_garbage():
     assert best_trial(study).number == good
     frame = leaderboard_frame(study).set_index("trial")
     assert bool(frame.loc[good, "feasible"]) and frame.loc[good, "objective"] == 24.0
-    assert frame.loc[garbage, "failure_kind"] == "garbage_output" and math.isnan(frame.loc[garbage, "objective"])
+    assert frame.loc[garbage, "failure_kind"] == "bad_output" and math.isnan(frame.loc[garbage, "objective"])
     assert frame.loc[crash, "failure_stage"] == "wait_ready" and frame.loc[crash, "failure_kind"] == "hang"
     assert frame.loc[dup, "duplicate_of"] == good and not frame.loc[dup, "feasible"]
     assert frame.loc[good, "c16_output_tok_s"] == 24.0 and frame.loc[good, "c1_ttft_p99_ms"] == 200.0

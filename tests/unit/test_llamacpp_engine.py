@@ -99,6 +99,6 @@ def test_help_gives_short_and_long_flags_and_a_removed_flag_is_refused():
     argv = ["/bin/llama-server", "-m", "m.gguf", "-t", "2", "-np", "4", "-fa", "on", "-zz", "-1"]
     assert flag_problems(argv, flags, short=True) == ["-zz is not a flag of the installed engine"]
     assert flag_problems(argv + ["--mlock"], flags, short=True)[-1] == \
-        "--mlock is not a flag of the installed engine; use -lm/--load-mode mlock (llama.cpp's llama-server)"
+        "--mlock is not a flag of the installed engine; use -lm/--load-mode mlock (--mlock removed in llama.cpp)"
     # without `short` (python -m launchers), single-dash items are not flags of the engine
     assert flag_problems(["python", "-m", "sglang.launch_server", "--threads", "2"], flags) == []

@@ -357,3 +357,25 @@ def test_combine_one_repeat_is_that_repeat():
     assert m["unstable"] is False
     with pytest.raises(ValueError):
         combine_repeats([])
+
+
+def test_a_coarse_stream_is_reported_not_invalid():
+    """Three chunks carrying 4 tokens each (a server that sends several tokens per chunk): the
+    numbers stand, but the level says its TTFT/ITL are coarse."""
+    samples = [make_sample(0.0, [0.1, 0.2, 0.3], chunk_tokens=[4, 4, 4]) for _ in range(2)]
+    m = summarize_level(samples, None, 0.3)
+    assert m["valid"], m["invalid_reasons"]
+    assert (m["total_chunks"], m["tokens_per_chunk"], m["coarse_stream"]) == (6, 4.0, True)
+    assert m["stream_notes"] and "coarse stream: 6 chunks carried 24 tokens (4.0 per chunk)" in m["stream_notes"][0]
+
+
+def test_a_fine_stream_has_no_note_and_estimates_are_counted():
+    fine = make_sample(0.0, [0.1, 0.2, 0.3])
+    estimated = make_sample(0.0, [0.1, 0.2, 0.3], chunk_tokens=[1, 1, 2])
+    estimated.tokens_estimated = True
+    m = summarize_level([fine], None, 0.3)
+    assert not m["coarse_stream"] and m["stream_notes"] == [] and m["chunk_tokens_estimated"] == 0
+    m = summarize_level([fine, estimated], None, 0.3)
+    assert not m["coarse_stream"] and m["chunk_tokens_estimated"] == 1
+    assert m["stream_notes"] == ["1 of 2 requests: tokens per chunk spread from the server's final usage "
+                                 "count (it reports none per chunk)"]

@@ -107,8 +107,11 @@ def test_request_bodies_per_api():
     whole = build_request_body("chat", "m", "hi", 3, stream=False)
     assert whole == {"model": "m", "messages": [{"role": "user", "content": "hi"}],
                      "max_tokens": 3, "temperature": 0}
+    assert endpoint_url("http://h:1", "generate") == "http://h:1/generate"
+    assert build_request_body("generate", "m", "hi", 3, stream=False) == {
+        "text": "hi", "sampling_params": {"max_new_tokens": 3, "temperature": 0}, "stream": False}
     with pytest.raises(ValueError):
-        endpoint_url("http://h", "generate")
+        endpoint_url("http://h", "responses")
 
 
 def test_choice_text_reads_completions_and_chat():

@@ -1,0 +1,58 @@
+"""Per-trial GPU memory through the CLI: a simulator sweep on the local host with the GPU gate on,
+nvidia-smi being the stand-in (sweeper/sim/nvidia_smi.py: the real tool's two query formats, fed
+by the simulator's scheduler children, released exactly when they exit). The real tool's numbers
+from an H200 are in bench/gpu/README.md; this checks the recording, which no GPU is needed for."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from tests.conftest import ROOT
+from tests.sshd import STAND_IN
+
+IDLE_MIB = 3  # the stand-in's idle reading per GPU
+
+
+def test_each_launched_trial_records_memory_before_serving_and_after(cli, tmp_path):
+    bin_dir, state = tmp_path / "bin", tmp_path / "gpu-state"
+    bin_dir.mkdir()
+    state.mkdir()
+    stand_in = bin_dir / "nvidia-smi"
+    stand_in.write_text(STAND_IN.format(python=sys.executable, root=str(ROOT), state=str(state)))
+    stand_in.chmod(0o755)
+    path = f"{bin_dir}:{cli.env['PATH']}"
+    (cli.workdir / "hosts.yaml").write_text(f"""\
+hosts:
+  local:
+    transport: local
+    gpus: 8
+    gpu_gate: "on"
+    gpu_release_timeout_s: 30
+    env: {{PATH: "{path}", SWEEPER_SIM_GPU_STATE: "{state}"}}
+""")
+    result = cli.run("sweep", "tiny.yaml", "--study", "mem", "--trials", "2")
+    assert result.returncode == 0, result.stderr
+
+    recorded = []
+    for trial in sorted((cli.workdir / "results/mem/trials").iterdir()):
+        outcome = json.loads((trial / "outcome.json").read_text())
+        if not outcome.get("launched"):
+            assert not (trial / "gpu_memory.json").exists()  # nothing launched, nothing to record
+            continue
+        memory = json.loads((trial / "gpu_memory.json").read_text())
+        assert outcome["gpu_memory"] == memory
+        assert memory["before"] == {str(i): IDLE_MIB for i in range(8)}
+        assert memory["after"] == memory["before"]  # back at baseline: the gate waited for it
+        assert max(memory["serving"].values()) > IDLE_MIB  # the server held memory while serving
+        assert outcome["stage_seconds"]["gpu_release"] >= 0
+        recorded.append(trial.name)
+    assert len(recorded) >= 1
+
+    out = cli.run("leaderboard", "mem", "--csv", "mem.csv")
+    assert out.returncode == 0, out.stderr
+    import pandas as pd
+
+    frame = pd.read_csv(cli.workdir / "mem.csv")
+    launched = frame[frame["trial"].astype(str).isin(recorded)]
+    assert (launched["gpu_serving_mib"] > 8 * IDLE_MIB).all()  # all GPUs' MiB at the end of the load

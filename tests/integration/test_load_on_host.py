@@ -1,0 +1,97 @@
+"""`load_from: host` over a real OpenSSH server (tests/sshd.py): the client's modules are shipped
+to the host and run there with the host's python, against the server's own port (not the SSH
+forward); the raw samples come back into the same LevelRun the controller would have measured."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from sweeper.config import HostSpec
+from sweeper.errors import UserError
+from sweeper.hosts.ssh import SSHHost
+from sweeper.loadgen.client import StreamOptions
+from sweeper.loadgen.metrics import summarize_level
+from sweeper.loadgen.onhost import host_can_load, host_runner, load_place
+from sweeper.loadgen.workload import build_prompt_token_ids
+from tests.integration.test_loadgen_client import MODEL, serve  # noqa: F401  (the server fixture)
+
+NO_AIOHTTP_PYTHON = "/usr/bin/python3"  # Debian's python: no aiohttp
+
+
+def ssh_host(sshd, tmp_path, **extra) -> SSHHost:
+    return SSHHost("box", HostSpec(**sshd.host_entry(tmp_path / "work", **extra)))
+
+
+def server_port(server) -> int:
+    return int(server.base_url.rsplit(":", 1)[1])
+
+
+def test_a_level_runs_on_the_host_and_its_samples_come_back(serve, sshd, ssh_home, tmp_path):
+    server = serve(token_delay_s=0.005)
+    host = ssh_host(sshd, tmp_path)
+    try:
+        place = load_place(host, "host", "ssh", server_port(server), MODEL)
+        assert place.where == "host"
+        run = place.run(build_prompt_token_ids(8, 16, seed=1), 6, 4, StreamOptions())
+        assert host._forwards == {}  # the host's client went to the server's port, not through the forward
+    finally:
+        host.close()
+    assert len(run.samples) == 8 and all(s.ok for s in run.samples), [s.error for s in run.samples]
+    assert [s.prompt_tokens for s in run.samples] == [16] * 8
+    assert all(s.output_tokens == s.streamed_tokens == 6 and len(s.chunk_times) == 6 for s in run.samples)
+    assert server.state.max_inflight == 4 and len(server.state.payloads) == 8
+    assert run.lag.ticks > 0 and run.duration_s > 0
+    # the shipped copy ran (not an installed sweeper), with the host's python, and was cleaned up
+    assert Path(run.ran["client"]).parts[-4].startswith("sweeper-load-"), run.ran
+    assert run.ran["python"] == sys.executable
+    assert not Path(run.ran["client"]).exists()
+    summary = summarize_level(run.samples, 4, run.duration_s, requested_output_len=6, lag=run.lag)
+    assert summary["completed"] == 8 and summary["output_throughput"] > 0
+
+
+def test_failed_requests_on_the_host_come_back_as_failed_samples(sshd, ssh_home, tmp_path):
+    host = ssh_host(sshd, tmp_path)
+    try:
+        with socket.socket() as closed:
+            closed.bind(("127.0.0.1", 0))
+            port = closed.getsockname()[1]
+        run = host_runner(host, port, MODEL)(build_prompt_token_ids(3, 4, seed=2), 4, 2, StreamOptions())
+    finally:
+        host.close()
+    assert [s.ok for s in run.samples] == [False] * 3
+    assert all("Connect" in s.error for s in run.samples), [s.error for s in run.samples]
+
+
+@pytest.mark.skipif(not os.path.exists(NO_AIOHTTP_PYTHON), reason="needs a python without aiohttp")
+def test_auto_loads_from_the_host_only_when_its_python_has_aiohttp(serve, sshd, ssh_home, tmp_path):
+    server = serve()
+    with_aiohttp = ssh_host(sshd, tmp_path)
+    without = ssh_host(sshd, tmp_path, python=NO_AIOHTTP_PYTHON)
+    without.name = "bare-box"  # its own probe result
+    try:
+        assert host_can_load(with_aiohttp) and not host_can_load(without)
+        assert load_place(with_aiohttp, "auto", "ssh", server_port(server), MODEL).where == "host"
+        assert load_place(without, "auto", "ssh", server_port(server), MODEL).where == "controller"
+        assert load_place(with_aiohttp, "controller", "ssh", server_port(server), MODEL).where == "controller"
+        forced = load_place(without, "host", "ssh", server_port(server), MODEL)
+        with pytest.raises(UserError, match=r"load_from: host needs aiohttp in the host's python "
+                                            r"\(/usr/bin/python3\).*set load_from: controller"):
+            forced.run(build_prompt_token_ids(1, 4, seed=3), 2, 1, StreamOptions())
+    finally:
+        with_aiohttp.close()
+        without.close()
+
+
+def test_local_hosts_always_load_from_the_controller():
+    class Local:
+        name = "local"
+
+        def base_url(self, port):
+            return f"http://127.0.0.1:{port}"
+
+    assert load_place(Local(), "host", "local", 1234, MODEL).where == "controller"
