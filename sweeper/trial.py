@@ -347,7 +347,8 @@ def run_trial(ctx: TrialContext, config: Mapping[str, Any]) -> TrialOutcome:
     try:
         _serve_and_measure(ctx, outcome, timer, proc, port)
     finally:
-        serving = _snapshot_or_none(ctx.host) if gpu_baseline is not None else None
+        # What a live server holds; after a crash it says nothing and would delay the record.
+        serving = _snapshot_or_none(ctx.host) if gpu_baseline is not None and ctx.host.is_alive(proc) else None
         with timer("stop"):
             report = stop(ctx.host, proc, port, space.launch.stop_grace_s)
         (ctx.trial_dir / "stop.json").write_text(json.dumps(asdict(report), indent=2))

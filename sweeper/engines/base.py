@@ -79,6 +79,23 @@ def flag_args(flag: str, value: Any) -> list[str]:
     return [flag, str(value)]
 
 
+def space_flag_args(space: Space, config: Mapping[str, Any]) -> list[str]:
+    """The space's fixed flags, then each sampled or derived parameter that maps to a flag."""
+    argv: list[str] = []
+    for flag, value in space.fixed_flags.items():
+        argv += flag_args(flag, value)
+    for name, value in config.items():
+        target = space.target(name)
+        if target.flag:
+            argv += flag_args(target.flag, value)
+    return argv
+
+
+def package_version_argv(python: str, distribution: str) -> list[str]:
+    """Prints an installed Python distribution's version (the flag table's cache key)."""
+    return [python, "-c", "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))", distribution]
+
+
 def env_value(value: Any) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"

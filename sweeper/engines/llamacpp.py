@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from sweeper.config import HostSpec, Space
-from sweeper.engines.base import EngineInfo, LaunchSpec, Readiness, Signature, flag_args
+from sweeper.engines.base import EngineInfo, LaunchSpec, Readiness, Signature, space_flag_args
 from sweeper.engines.sglang import build_env
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"  # the sdist scripts/build_llama_server.sh builds from
@@ -71,13 +71,7 @@ def model_path(model: str) -> str:
 
 def build_llamacpp_argv(binary: str, space: Space, config: Mapping[str, Any], port: int) -> list[str]:
     argv = [binary, "--model", model_path(space.model), "--host", "127.0.0.1", "--port", str(port)]
-    for flag, value in space.fixed_flags.items():
-        argv += flag_args(flag, value)
-    for name, value in config.items():
-        target = space.target(name)
-        if target.flag:
-            argv += flag_args(target.flag, value)
-    return argv
+    return argv + space_flag_args(space, config)
 
 
 class LlamaCppEngine:

@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 from sweeper.config import HostSpec, Space
 from sweeper.engines.base import (
-    EngineInfo, LaunchSpec, Readiness, Signature, env_value, flag_args,
+    EngineInfo, LaunchSpec, Readiness, Signature, env_value, package_version_argv, space_flag_args,
 )
 
 # Exact substrings from SGLang's logs (../shared/reference/engines.md), each found in the 0.5.23
@@ -44,13 +44,7 @@ def build_sglang_argv(module: str, space: Space, config: Mapping[str, Any], port
                       python: str) -> list[str]:
     argv = [python, "-m", module, "--model-path", space.model, "--host", "127.0.0.1",
             "--port", str(port)]
-    for flag, value in space.fixed_flags.items():
-        argv += flag_args(flag, value)
-    for name, value in config.items():
-        target = space.target(name)
-        if target.flag:
-            argv += flag_args(target.flag, value)
-    return argv
+    return argv + space_flag_args(space, config)
 
 
 def build_env(space: Space, config: Mapping[str, Any], host: HostSpec) -> dict[str, str]:
@@ -73,8 +67,7 @@ class SGLangEngine:
         return [python, "-m", self.module, "--help"]
 
     def version_argv(self, python: str) -> list[str]:
-        return [python, "-c", "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))",
-                self.distribution]
+        return package_version_argv(python, self.distribution)
 
     def build_launch_spec(self, space: Space, config: Mapping[str, Any], host: HostSpec,
                           port: int, python: str) -> LaunchSpec:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from sweeper.config import HostSpec, Space
-from sweeper.engines.base import EngineInfo, LaunchSpec, Readiness, Signature, flag_args
+from sweeper.engines.base import EngineInfo, LaunchSpec, Readiness, Signature, package_version_argv, space_flag_args
 from sweeper.engines.sglang import build_env
 from sweeper.loadgen.endpoints import RequestDialect
 
@@ -89,13 +89,7 @@ def served_model_path(model: str) -> str:
 def build_transformers_argv(python: str, space: Space, config: Mapping[str, Any], port: int) -> list[str]:
     argv = [python, "-m", MODULE, "serve", served_model_path(space.model), "--host", "127.0.0.1",
             "--port", str(port)]
-    for flag, value in space.fixed_flags.items():
-        argv += flag_args(flag, value)
-    for name, value in config.items():
-        target = space.target(name)
-        if target.flag:
-            argv += flag_args(target.flag, value)
-    return argv
+    return argv + space_flag_args(space, config)
 
 
 class TransformersEngine:
@@ -106,8 +100,7 @@ class TransformersEngine:
         return [python, "-m", MODULE, "serve", "--help"]
 
     def version_argv(self, python: str) -> list[str]:
-        return [python, "-c", "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))",
-                self.distribution]
+        return package_version_argv(python, self.distribution)
 
     def build_launch_spec(self, space: Space, config: Mapping[str, Any], host: HostSpec,
                           port: int, python: str) -> LaunchSpec:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from sweeper.config import HostSpec, Space
-from sweeper.engines.base import EngineInfo, LaunchSpec, Readiness, Signature, flag_args
+from sweeper.engines.base import EngineInfo, LaunchSpec, Readiness, Signature, package_version_argv, space_flag_args
 from sweeper.engines.sglang import build_env
 
 # Exact substrings from vLLM 0.33's sources and logs (engines.md; vllm/v1/core/kv_cache_planning.py,
@@ -39,13 +39,7 @@ VLLM_INFO = EngineInfo(
 
 def build_vllm_argv(module: str, space: Space, config: Mapping[str, Any], port: int, python: str) -> list[str]:
     argv = [python, "-m", module, "serve", space.model, "--host", "127.0.0.1", "--port", str(port)]
-    for flag, value in space.fixed_flags.items():
-        argv += flag_args(flag, value)
-    for name, value in config.items():
-        target = space.target(name)
-        if target.flag:
-            argv += flag_args(target.flag, value)
-    return argv
+    return argv + space_flag_args(space, config)
 
 
 class VLLMEngine:
@@ -58,8 +52,7 @@ class VLLMEngine:
         return [python, "-m", self.module, "serve", "--help=all"]
 
     def version_argv(self, python: str) -> list[str]:
-        return [python, "-c", "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))",
-                self.distribution]
+        return package_version_argv(python, self.distribution)
 
     def build_launch_spec(self, space: Space, config: Mapping[str, Any], host: HostSpec,
                           port: int, python: str) -> LaunchSpec:

@@ -36,7 +36,6 @@ from sweeper.hosts.base import TOKEN_VAR, CommandResult, ProcessDetails, ServerP
 from sweeper.hosts.forward import LocalForward
 from sweeper.hosts.gpu import APPS_QUERY, GPU_QUERY, GpuParseError, GpuSnapshot, parse_snapshot
 from sweeper.hosts.launch_script import build_env_json, build_launch_script, build_remote_run_dir
-from sweeper.redact import redact_env
 
 logging.getLogger("paramiko").addHandler(logging.NullHandler())  # failures reach the user as one line
 

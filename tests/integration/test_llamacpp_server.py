@@ -84,9 +84,9 @@ def test_a_broken_config_is_classified_from_the_log_within_two_seconds(host, tmp
 
 
 def test_a_busy_port_is_the_servers_own_bind_error(host, tmp_path, llama_env, tiny_gguf):
-    port = free_port(host)
     holder = socket.socket()
-    holder.bind(("127.0.0.1", port))  # bound, not listening: the health probe is refused at once
+    holder.bind(("127.0.0.1", 0))  # bound, not listening: the health probe is refused at once
+    port = holder.getsockname()[1]  # the kernel's pick: never a port another socket holds
     try:
         proc, verdict, seconds = start_and_wait(host, tmp_path, space_for(tiny_gguf), port)
         stop(host, proc, port, FAST.stop_grace_s)

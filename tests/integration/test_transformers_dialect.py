@@ -165,11 +165,12 @@ def test_the_default_dialect_is_refused_by_the_strict_server():
     assert not m["valid"]
 
 
-def test_readiness_and_output_check_speak_chat_to_the_pinned_model():
+def test_readiness_and_output_check_speak_chat_to_the_pinned_model(tmp_path):
     with FakeTransformersServe(Strictness()) as server:
         assert complete(server.base_url, PINNED, "Hello", 1, api=DIALECT.api).completion_tokens == 1
-        text, failure = check_output(server.base_url, PINNED, OutputCheck(mode="none", max_tokens=3), None, DIALECT)
-        assert failure is None and text == " word word word"
+        samples, failure = check_output(server.base_url, PINNED, OutputCheck(mode="none", max_tokens=3, k_tokens=3),
+                                        None, tmp_path, dialect=DIALECT)
+        assert failure is None and samples[0].text == " word word word"
         with pytest.raises(LoadgenError, match="pinned"):
             complete(server.base_url, "moe", "Hello", 1, api=DIALECT.api)
 
