@@ -40,9 +40,11 @@ demo-real: install llama-server $(DEMO_MODEL)
 	$(BIN)/sweeper leaderboard $(REAL_STUDY) --top 10
 
 # The SSH tests start a real OpenSSH server (tests/sshd.py) and the report tests open the report in
-# headless Chromium: install them when they are missing.
+# headless Chromium, and the many-hosts tests a private PostgreSQL cluster (tests/pg.py): install
+# them when they are missing.
 test-deps:
 	@test -x /usr/sbin/sshd || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server)
+	@test -n "$$(command -v initdb || ls /usr/lib/postgresql/*/bin/initdb 2>/dev/null)" || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql)
 	@test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
 test: install-test test-deps llama-server

@@ -48,12 +48,29 @@ class HostSpec(Strict):
     gpu_release_timeout_s: float = Field(120.0, gt=0)
     # where the load client runs (sweeper/loadgen/onhost.py): auto = on the host when its python has aiohttp
     load_from: Literal["auto", "controller", "host"] = "auto"
+    # many hosts (sweeper/workers.py): disjoint GPU sets, each a slot with its own lease and worker,
+    # e.g. ["0,1,2,3", "4,5,6,7"]; a config whose space `gpus` fits in one set runs in it
+    gpu_sets: list[str] = []
 
     @model_validator(mode="after")
     def _ssh_needs_address(self) -> "HostSpec":
         if self.transport == "ssh" and not self.address:
             raise ValueError("an ssh host needs 'address'")
         return self
+
+    @field_validator("gpu_sets")
+    @classmethod
+    def _disjoint_sets(cls, sets: list[str]) -> list[str]:
+        seen: set[int] = set()
+        for gpu_set in sets:
+            parts = gpu_set.split(",")
+            if not all(p.strip().isdigit() for p in parts):
+                raise ValueError(f"a GPU set is a comma-separated list of GPU indices like \"0,1,2,3\", got {gpu_set!r}")
+            indices = {int(p) for p in parts}
+            if indices & seen:
+                raise ValueError(f"GPU sets must not overlap ({gpu_set!r})")
+            seen |= indices
+        return [",".join(str(int(p)) for p in s.split(",")) for s in sets]
 
 
 class HostsFile(Strict):
@@ -309,6 +326,9 @@ class Space(Strict):
     budget: Budget = Budget()
     launch: Launch = Launch()
     check: OutputCheck = OutputCheck()
+    # GPUs a config needs, an expression over its parameters (e.g. "tp_size"); with a host's
+    # gpu_sets, a config that fits in one set runs there. None: every config takes the whole host.
+    gpus: str | None = None
 
     @property
     def is_pareto(self) -> bool:
@@ -413,6 +433,11 @@ def _cross_check_space(space: Space) -> list[tuple[KeyPath, str]]:
             parse_expr(rule.forbid, space.names)
         except ExprError as exc:
             problems.append((("rules", index, "forbid"), str(exc)))
+    if space.gpus is not None:
+        try:
+            parse_expr(space.gpus, space.names)
+        except ExprError as exc:
+            problems.append((("gpus",), str(exc)))
     seed_names = [seed.name for seed in space.seeds]
     for index, seed in enumerate(space.seeds):
         for key in seed.params:

@@ -7,9 +7,10 @@ import os
 import socket
 import time
 import warnings
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, ContextManager, Protocol
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -27,6 +28,7 @@ from sweeper.pareto import dominated_verdict
 from sweeper.reference import reference_samples, settle_reference as settle, use_reference_file
 from sweeper.record import ABANDONED, constraint_values, judge_level, objective_values, outcome_attrs
 from sweeper.results.leaderboard import best_trial, feasible_trials, is_evaluation, is_feasible
+from sweeper.leases import schema_lock
 from sweeper.results.provenance import engine_provenance
 from sweeper.redact import MASK, redact_env, redact_url
 from sweeper.samplers import build_sampler
@@ -50,17 +52,20 @@ def storage_url(results_dir: Path, study_name: str, storage: str | None) -> str:
     return f"sqlite:///{path}"
 
 
-def open_storage(url: str) -> optuna.storages.RDBStorage:
+def open_storage(url: str, heartbeat_s: float = 30, grace_s: float = 600,
+                 stale_callback: Callable | None = None) -> optuna.storages.RDBStorage:
+    """The study's RDB storage with heartbeats; `stale_callback` runs for each trial whose worker
+    stopped beating (sweeper/workers.py retries it)."""
     engine_kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         engine_kwargs = {"connect_args": {"timeout": 30}}
     elif url.startswith("postgresql"):
         engine_kwargs = {"pool_pre_ping": True}
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), schema_lock(url) if url.startswith("postgresql") else nullcontext():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=30,
-                                              grace_period=600)
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_s,
+                                              grace_period=grace_s, heartbeat_stale_trial_callback=stale_callback)
     except Exception as exc:  # sqlalchemy raises many kinds; all mean "cannot open this storage"
         raise UserError(f"cannot open storage {redact_url(url)}: {exc}") from None
 
@@ -224,8 +229,17 @@ def settle_reference(handle: StudyHandle, trial: optuna.Trial, samples: list[dic
            [OutputSample.from_dict(s) for s in samples] if samples else None)
 
 
-def make_objective(handle: StudyHandle, host: Host,
-                   events: SweepEvents) -> Callable[[optuna.Trial], float | list[float]]:
+class TrialGate(Protocol):
+    """What a shared study (sweeper/workers.py) adds around a trial: a claim instead of the plain
+    dedupe, and host leases while the server runs."""
+
+    def admit(self, trial: optuna.Trial, config: dict, key: str) -> FrozenTrial | None: ...
+    def hold(self, trial: optuna.Trial, config: dict) -> ContextManager[HostSpec]: ...
+    def server_started(self, trial: optuna.Trial, proc: ServerProcess) -> None: ...
+
+
+def make_objective(handle: StudyHandle, host: Host, events: SweepEvents,
+                   gate: TrialGate | None = None) -> Callable[[optuna.Trial], float | list[float]]:
     """The function Optuna calls per trial: one value, or the Pareto mode's two."""
     space, study = handle.space, handle.study
     engine = get_engine(space.engine)
@@ -239,7 +253,8 @@ def make_objective(handle: StudyHandle, host: Host,
         trial.set_user_attr("config_key", key)
         trial.set_user_attr("host", handle.host_name)
         repeat = trial.user_attrs.get("measure_again")  # ablation and finalist repeats are measured
-        if not repeat and (duplicate := find_duplicate(study, key, trial.number)):
+        if not repeat and (duplicate := find_duplicate(study, key, trial.number) if gate is None
+                           else gate.admit(trial, config, key)):
             return _copy_duplicate(trial, duplicate)
         events.trial_started(trial.number, evaluations(study) + 1, handle.budget, config)
         trial_dir = handle.dir / "trials" / str(trial.number)
@@ -252,6 +267,8 @@ def make_objective(handle: StudyHandle, host: Host,
 
         def on_started(proc: ServerProcess) -> None:
             trial.set_user_attr("process", proc.to_dict())
+            if gate is not None:
+                gate.server_started(trial, proc)
 
         measured: dict[int, dict] = {}
 
@@ -264,13 +281,14 @@ def make_objective(handle: StudyHandle, host: Host,
                 trial.report(float(value), step=level)
             return judge_level(space, level, metrics, _best_value(study))
 
-        ctx = TrialContext(space=space, engine=engine, host=host, host_spec=handle.host_spec,
-                           trial_dir=trial_dir, reference_samples=reference_samples(study),
-                           on_stage=on_stage, on_started=on_started, on_level=on_level,
-                           known_servers=lambda: study_servers(study, handle.host_name),
-                           known_flags=known_flags)
         try:
-            outcome = run_trial(ctx, config)
+            with gate.hold(trial, config) if gate is not None else nullcontext(handle.host_spec) as host_spec:
+                ctx = TrialContext(space=space, engine=engine, host=host, host_spec=host_spec,
+                                   trial_dir=trial_dir, reference_samples=reference_samples(study),
+                                   on_stage=on_stage, on_started=on_started, on_level=on_level,
+                                   known_servers=lambda: study_servers(study, handle.host_name),
+                                   known_flags=known_flags)
+                outcome = run_trial(ctx, config)
         except KeyboardInterrupt:
             trial.set_user_attr("interrupted", True)  # the server was stopped by run_trial's finally
             raise

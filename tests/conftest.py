@@ -29,3 +29,4 @@ def python_exe() -> str:
 
 
 from tests.sshd import ssh_home, sshd  # noqa: E402,F401  (the real OpenSSH server fixtures)
+from tests.pg import pg_cluster, pg_url  # noqa: E402,F401  (a private PostgreSQL cluster)

@@ -37,7 +37,7 @@ def check_gpus_before_launch(host: Host, spec: HostSpec, known: Sequence[ServerP
     snapshot = host.gpu_snapshot()
     if snapshot is None:
         return None
-    needed = gpus_needed(spec.gpus, snapshot)
+    needed = gpus_needed(spec.gpus, snapshot, spec.env.get("CUDA_VISIBLE_DEVICES"))
     holders = holders_above(snapshot, needed, spec.gpu_busy_mib)
     if not holders:
         return snapshot
@@ -78,7 +78,7 @@ def _wait_holders_gone(host: Host, spec: HostSpec, needed: list[int]) -> GpuSnap
 def wait_gpus_released(host: Host, spec: HostSpec, baseline: GpuSnapshot, port: int) -> GpuSnapshot | None:
     """Block until the GPUs are back to `baseline` and `port` is free, and return the snapshot that
     showed it; stop the sweep if not in time."""
-    needed = gpus_needed(spec.gpus, baseline)
+    needed = gpus_needed(spec.gpus, baseline, spec.env.get("CUDA_VISIBLE_DEVICES"))
     deadline = time.monotonic() + spec.gpu_release_timeout_s
     while True:
         snapshot = host.gpu_snapshot()

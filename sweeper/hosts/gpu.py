@@ -120,6 +120,11 @@ def memory_not_released(baseline: GpuSnapshot, now: GpuSnapshot, indices: Iterab
     return reasons
 
 
-def gpus_needed(gpu_count: int, snapshot: GpuSnapshot) -> list[int]:
-    """The GPUs a trial may use: the host's first `gpu_count` GPUs that exist."""
-    return sorted(g.index for g in snapshot.gpus)[:gpu_count]
+def gpus_needed(gpu_count: int, snapshot: GpuSnapshot, visible: str | None = None) -> list[int]:
+    """The GPUs a trial may use: those of CUDA_VISIBLE_DEVICES (a GPU set of a shared host) when
+    given, else the host's first `gpu_count` GPUs that exist."""
+    existing = sorted(g.index for g in snapshot.gpus)
+    if visible:
+        wanted = {int(d) for d in visible.split(",") if d.strip().isdigit()}
+        return [i for i in existing if i in wanted]
+    return existing[:gpu_count]

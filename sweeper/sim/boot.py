@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import os
 import subprocess
 from dataclasses import dataclass
 from typing import Callable
 
-from sweeper.sim.config import SimConfig
+from sweeper.sim.config import SimConfig, visible_gpus
 from sweeper.sim.failures import (
     SimFailure, cuda_graph_workspace_gb, headroom_gb, kv_cache_gb, weights_per_gpu_gb,
 )
@@ -93,8 +94,9 @@ class Boot:
             raise self._crash()
 
         children.extend(spawn_scheduler_children(cfg.tp_size))
+        devices = visible_gpus(os.environ) or list(range(len(children)))
         for rank, child in enumerate(children):  # "GPU memory" for the nvidia-smi stand-in
-            record_gpu_memory(child.pid, rank, held_mib(cfg.effective_mem_fraction))
+            record_gpu_memory(child.pid, devices[rank], held_mib(cfg.effective_mem_fraction))
         for rank in range(cfg.tp_size):
             self._log.info("Init torch distributed begin.", rank=rank)
         if self._fails_in("hang"):

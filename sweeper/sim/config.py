@@ -88,6 +88,11 @@ def _env_value(env: Mapping[str, str], name: str) -> str | None:
     return None if value is None or value == "" else value
 
 
+def visible_gpus(env: Mapping[str, str]) -> list[int]:
+    """CUDA_VISIBLE_DEVICES as GPU indices (empty when unset): rank r runs on the r-th of them."""
+    return [int(d) for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip().isdigit()]
+
+
 def sim_config_from(args: argparse.Namespace, env: Mapping[str, str]) -> SimConfig:
     """SimConfig from a parsed SGLang-style command line and the server's environment.
 
@@ -113,6 +118,6 @@ def sim_config_from(args: argparse.Namespace, env: Mapping[str, str]) -> SimConf
         nccl_proto=_env_value(env, "NCCL_PROTO"),
         nccl_algo=_env_value(env, "NCCL_ALGO"),
         nccl_p2p_disable=_env_value(env, "NCCL_P2P_DISABLE"),
-        gpus=int(arg("sim_gpus", defaults.gpus)),
+        gpus=len(visible_gpus(env)) if visible_gpus(env) else int(arg("sim_gpus", defaults.gpus)),
         gpu_memory_gb=float(arg("sim_gpu_memory_gb", defaults.gpu_memory_gb)),
     )

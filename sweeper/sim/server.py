@@ -338,10 +338,22 @@ async def _serve(args: argparse.Namespace, cfg: SimConfig, failure: SimFailure |
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     cfg = sim_config_from(args, os.environ)
+    _journal("start", args.port)
     try:
         return asyncio.run(_serve(args, cfg, failure_of(cfg)))
     except KeyboardInterrupt:
         return 0
+    finally:
+        _journal("stop", args.port)
+
+
+def _journal(event: str, port: int) -> None:
+    """Host-side record of server lifetimes (SWEEPER_SIM_JOURNAL): one line per start and stop,
+    so tests can check from the host that two servers never overlapped."""
+    if path := os.environ.get("SWEEPER_SIM_JOURNAL"):
+        with open(path, "a") as out:
+            out.write(json.dumps({"event": event, "t": time.time(), "pid": os.getpid(), "port": port,
+                                  "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\n")
 
 
 if __name__ == "__main__":
