@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -10,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from sweeper.hosts.procfs import environ_has, live_group_members, read_environ
 from tests.conftest import DEMO_SPACE, ROOT
 
 # A small, fast version of the demo space: same engine, same failure modes, fewer levels.
@@ -64,7 +67,24 @@ def cli(tmp_path) -> Cli:
     (tmp_path / "hosts.yaml").write_text((ROOT / "hosts.yaml").read_text())
     (tmp_path / "tiny.yaml").write_text(TINY_SPACE)
     (tmp_path / "demo-sim.yaml").write_text(DEMO_SPACE.read_text())
-    return Cli(tmp_path)
+    yield Cli(tmp_path)
+    # A test that fails or times out mid-sweep (its controller killed) must not leave its servers
+    # holding ports for the tests after it: stop every recorded group still carrying its token.
+    for record in tmp_path.rglob("process.json"):
+        stop_recorded_group(json.loads(record.read_text()))
+
+
+def stop_recorded_group(process: dict) -> None:
+    """SIGKILL the members of a recorded server group that carry its ownership token."""
+    if not process.get("pgid") or not process.get("token"):
+        return
+    ours = [m.pid for m in live_group_members(process["pgid"])
+            if environ_has(read_environ(m.pid), "SWEEPER_RUN_TOKEN", process["token"])]
+    for pid in ours:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def wait_until(predicate, timeout: float = 60.0, interval: float = 0.1):

@@ -82,7 +82,9 @@ def test_detached_launch_watch_and_stop_leave_nothing(host, tmp_path):
 
 
 def test_forwarded_port_liveness_and_port_checks(host, tmp_path):
-    port = 32000 + os.getpid() % 500 * 10
+    with socket.socket() as probe:  # the kernel's pick: no other test's or user's server holds it
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     proc = start(host, tmp_path, [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)])
     try:
         wait_for(lambda: not host.port_is_free(port))
