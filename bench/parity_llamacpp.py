@@ -60,10 +60,13 @@ TASK = re.compile(r"\| task (\d+) \|")
 LOG_SETTLE_S = 1.0  # the server's log thread writes a run's last lines shortly after it ends
 
 
-def start_server(binary: str, model: Path, port: int, threads: int, log: Path) -> subprocess.Popen:
+def start_server(binary: str, model: Path, port: int, threads: int, log: Path,
+                 cpus: set[int] | None = None) -> subprocess.Popen:
     argv = [binary, "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
             "-np", "16", "-c", "8192", "-t", str(threads), "--temp", "0"]
-    return subprocess.Popen(argv, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    return subprocess.Popen(argv, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=pin)
 
 
 def wait_healthy(url: str, server: subprocess.Popen, timeout_s: float = 60) -> None:
@@ -183,7 +186,11 @@ def main() -> int:
     parser.add_argument("--guidellm", default="/tmp/benchvenv/bin/guidellm")
     parser.add_argument("--tokenizer", default="/tmp/bench-tokenizer")
     parser.add_argument("--tolerance", type=float, default=3.0, help="percent")
+    parser.add_argument("--pin", action="store_true",
+                        help="server on CPU 1, both clients on CPU 0: a client's own CPU use cannot slow the server")
     args = parser.parse_args()
+    if args.pin:
+        os.sched_setaffinity(0, {0})  # this script, our client and guidellm (its child) share CPU 0
     levels = [int(x) for x in args.levels.split(",")]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the server is stopped in `finally`
     print(machine_note())
@@ -194,7 +201,7 @@ def main() -> int:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = work / "server.log"
-    server = start_server(args.llama_server, model, port, args.threads, log)
+    server = start_server(args.llama_server, model, port, args.threads, log, {1} if args.pin else None)
     results: dict[int, dict[str, list[dict]]] = {c: {"ours": [], "guidellm": []} for c in levels}
     try:
         wait_healthy(url, server)
