@@ -21,7 +21,7 @@ from pathlib import Path
 
 from sweeper.hosts.procfs import (
     environ_has, environ_value, listening_inodes, live_group_members, read_cmdline, read_environ,
-    read_stat, signal_server_group, socket_inodes_of,
+    read_stat, signal_server_group, socket_inodes_of, still_running,
 )
 
 TOKEN_VAR = "SWEEPER_RUN_TOKEN"
@@ -87,9 +87,9 @@ def op_status(req: dict) -> dict:
     return answer
 
 
-def _wait_gone(proc: dict, timeout_s: float) -> bool:
+def _wait_gone(proc: dict, signalled: list, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
-    while _members(proc)[0]:
+    while _members(proc)[0] or still_running(signalled, proc["pgid"]):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
@@ -104,10 +104,11 @@ def op_stop(req: dict) -> dict:
         return {"was_running": False, "signal": "none", "seconds": 0.0, "left_behind": [], "skipped_foreign": foreign}
     used = "SIGTERM"
     signal_server_group(proc["pgid"], ours, foreign, signal.SIGTERM)
-    if not _wait_gone(proc, req["grace_s"]):
+    if not _wait_gone(proc, ours, req["grace_s"]):
         used = "SIGKILL"
-        signal_server_group(proc["pgid"], _members(proc)[0], foreign, signal.SIGKILL)
-        _wait_gone(proc, 10.0)
+        signalled = _members(proc)[0]
+        signal_server_group(proc["pgid"], signalled, foreign, signal.SIGKILL)
+        _wait_gone(proc, signalled, 10.0)
     return {"was_running": True, "signal": used, "seconds": time.monotonic() - started,
             "left_behind": _members(proc)[0], "skipped_foreign": foreign}
 

@@ -18,7 +18,7 @@ from sweeper.hosts.base import TOKEN_VAR, CommandResult, ProcessDetails, ServerP
 from sweeper.hosts.gpu import APPS_QUERY, GPU_QUERY, GpuParseError, GpuSnapshot, parse_snapshot
 from sweeper.hosts.procfs import (
     environ_has, environ_value, listening_inodes, live_group_members, read_cmdline, read_environ,
-    read_stat, signal_server_group, socket_inodes_of,
+    read_stat, signal_server_group, socket_inodes_of, still_running,
 )
 
 
@@ -82,16 +82,17 @@ class LocalHost:
             return StopReport(False, "none", 0.0, (), tuple(foreign))
         used = "SIGTERM"
         signal_server_group(proc.pgid, ours, foreign, signal.SIGTERM)
-        if not self._wait_gone(proc, grace_s):
+        if not self._wait_gone(proc, ours, grace_s):
             used = "SIGKILL"
-            signal_server_group(proc.pgid, self.owned_members(proc), foreign, signal.SIGKILL)
-            self._wait_gone(proc, 10.0)
+            signalled = self.owned_members(proc)
+            signal_server_group(proc.pgid, signalled, foreign, signal.SIGKILL)
+            self._wait_gone(proc, signalled, 10.0)
         return StopReport(True, used, time.monotonic() - started,
                           tuple(self.owned_members(proc)), tuple(foreign))
 
-    def _wait_gone(self, proc: ServerProcess, timeout_s: float) -> bool:
+    def _wait_gone(self, proc: ServerProcess, signalled: list[int], timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
-        while self.owned_members(proc):
+        while self.owned_members(proc) or still_running(signalled, proc.pgid):
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.05)

@@ -52,6 +52,13 @@ def live_group_members(pgid: int, proc: Path = Path("/proc")) -> list[ProcStat]:
     return members
 
 
+def still_running(pids: list[int], pgid: int, proc: Path = Path("/proc")) -> list[int]:
+    """Those of `pids` not yet gone from group `pgid`. An exiting process loses its environ (and so
+    our token) before it is gone: a stop waits for the processes it signalled, not for the token."""
+    return [pid for pid in pids
+            if (stat := read_stat(pid, proc)) and stat.pgid == pgid and stat.state not in ("Z", "X")]
+
+
 def parse_listening_inodes(proc_net_tcp: str, port: int) -> set[int]:
     """Socket inodes listening on `port`, from the text of /proc/net/tcp or tcp6."""
     inodes = set()

@@ -38,3 +38,20 @@ def test_listening_inodes_from_proc_net_tcp():
         "   2: 0100007F:7A19 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 333 1\n"
     )
     assert parse_listening_inodes(text, 0x7A18) == {111}  # listening only, not the connection
+
+
+def test_still_running_waits_for_a_process_that_lost_its_token(tmp_path):
+    """An exiting process (state R, environ already empty) is still there: a stop waits for it;
+    a zombie, a pid gone, or a pid reused by another group are not ours to wait for."""
+    from sweeper.hosts.procfs import still_running
+
+    def fake(pid, state, pgid):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(
+            f"{pid} (sim) {state} 1 {pgid} {pgid} 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 555 1000 10")
+        (tmp_path / str(pid) / "environ").write_bytes(b"")
+
+    fake(10, "R", 10)  # exiting: no environ, still running
+    fake(11, "Z", 10)  # a zombie
+    fake(12, "S", 99)  # the pid now belongs to someone else's group
+    assert still_running([10, 11, 12, 13], 10, tmp_path) == [10]
