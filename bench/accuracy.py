@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from common import Truth, actual_truth, errors_against, machine_note, refserver, run_ours, server_lateness, within_bounds
+from common import CLIENTS, Truth, actual_truth, errors_against, machine_note, refserver, run_ours, server_lateness, within_bounds
 
 
 def main() -> int:
@@ -26,7 +26,7 @@ def main() -> int:
     parser.add_argument("--output-len", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--levels", default="1,4,16,64")
-    parser.add_argument("--client", default="aiohttp", help="of aiohttp (as shipped), aiohttp-close, aiohttp-uvloop")
+    parser.add_argument("--client", default="sweeper", help="of " + ", ".join(CLIENTS) + " (bench/common.py)")
     args = parser.parse_args()
     print(machine_note())
     print(f"client: {args.client}")

@@ -1,8 +1,9 @@
 """Capacity: the highest aggregate streamed token rate our client ingests on ONE core while the
 accuracy bound holds (output tok/s within 1% of the truth, TTFT and ITL medians within 0.5 ms),
-for aiohttp (sweeper's client) and the httpx variant, then guidellm at the same concurrency.
+for sweeper's client (http1.py) and the aiohttp and httpx variants, then guidellm at the same
+concurrency against the same server.
 
-    /tmp/v/bin/python bench/capacity.py [--levels 10,20,40,60,80,100,150] [--guidellm /tmp/benchvenv/bin/guidellm]
+    /tmp/benchvenv/bin/python bench/capacity.py [--levels 10,20,40,60,80,100,150] [--guidellm /tmp/benchvenv/bin/guidellm]
 
 The client runs pinned to core --client-cpu (os.sched_setaffinity; guidellm under taskset, all its
 processes), the reference server to --server-cpu. Every stream sends one token per --gap-ms after
@@ -20,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import actual_truth, errors_against, machine_note, refserver, run_ours, server_lateness, within_bounds
+from common import CLIENTS, actual_truth, errors_against, machine_note, refserver, run_ours, server_lateness, within_bounds
 
 
 def run_guidellm(exe: str, url: str, c: int, n: int, output_len: int, cpu: int, tokenizer: str) -> dict:
@@ -53,8 +54,7 @@ def main() -> int:
     parser.add_argument("--gap-ms", type=float, default=5.0)
     parser.add_argument("--output-len", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--clients", default="aiohttp,httpx",
-                        help="of aiohttp (as shipped), aiohttp-close, aiohttp-uvloop, httpx")
+    parser.add_argument("--clients", default="sweeper,aiohttp,httpx", help="of " + ", ".join(CLIENTS))
     parser.add_argument("--client-cpu", type=int, default=0)
     parser.add_argument("--server-cpu", type=int, default=1)
     parser.add_argument("--guidellm", default="/tmp/benchvenv/bin/guidellm", help="'' to skip")
@@ -84,7 +84,7 @@ def main() -> int:
         for client, (c, rate) in best.items():
             print(f"capacity {client}: {rate:.0f} tok/s at C={c}")
         if args.guidellm and Path(args.guidellm).exists():
-            for c in sorted({best.get("aiohttp", (levels[0], 0))[0], levels[-1]}):
+            for c in sorted({best.get("sweeper", (levels[0], 0))[0], levels[-1]}):
                 server_lateness(url)
                 g = run_guidellm(args.guidellm, url, c, args.rounds * c, args.output_len, args.client_cpu,
                                  args.tokenizer)

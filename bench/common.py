@@ -1,5 +1,5 @@
-"""Shared by the benchmark scripts: start the reference server, run a level with our client
-(aiohttp, or the httpx variant), compare with the truth, describe the machine."""
+"""Shared by the benchmark scripts: start the reference server, run a level with our client (or
+the aiohttp or httpx variant), compare with the truth, describe the machine."""
 
 from __future__ import annotations
 
@@ -96,28 +96,31 @@ def within_bounds(errors: dict, tok_pct: float = 1.0, ms: float = 0.5) -> bool:
             and abs(errors["itl_err_ms"]) <= ms)
 
 
-CLIENTS = ("aiohttp", "aiohttp-close", "aiohttp-uvloop", "httpx")
+CLIENTS = ("sweeper", "sweeper-close", "sweeper-uvloop", "aiohttp", "aiohttp-uvloop", "httpx")
 
 
-def run_ours(url: str, concurrency: int, n_requests: int, output_len: int, client: str = "aiohttp",
+def run_ours(url: str, concurrency: int, n_requests: int, output_len: int, client: str = "sweeper",
              input_len: int = 128) -> dict:
-    """One level (after a warmup round) with one of CLIENTS: our client as shipped (kept-alive
-    connections), with a new connection per request (aiohttp-close, the earlier client), on uvloop's
-    event loop (aiohttp-uvloop), or the httpx variant. The reference server's record is reset after
-    the warmup, so its truth covers the level only. Adds the client's CPU time per streamed token
-    (this process runs only the client: the server is a subprocess)."""
+    """One level (after a warmup round) with one of CLIENTS: our client as shipped (http1.py,
+    kept-alive connections) on asyncio's loop, with a new connection per request (-close), on
+    uvloop's loop (-uvloop, what `sweeper` uses when uvloop is installed); the aiohttp client sweeper
+    shipped before (bench/aiohttp_client.py); or the httpx variant. The reference server's record is
+    reset after the warmup, so its truth covers the level only. Adds the client's CPU time per
+    streamed token (this process runs only the client: the server is a subprocess)."""
     if client not in CLIENTS:
         raise ValueError(f"unknown client {client!r} (known: {', '.join(CLIENTS)})")
     prompts = build_prompt_token_ids(n_requests, input_len, seed=concurrency)
     warm = build_prompt_token_ids(concurrency, input_len, seed=10_000 + concurrency)
     if client == "httpx":
         from httpx_client import run_closed_loop_httpx as runner  # bench/ is on sys.path
+    elif client.startswith("aiohttp"):
+        from aiohttp_client import run_closed_loop_aiohttp as runner
     else:
         async def runner(u, model, p, out, c):
-            async with new_session(keep_alive=client != "aiohttp-close") as session:
+            async with new_session(keep_alive=client != "sweeper-close") as session:
                 return await run_closed_loop(u, model, p, out, c, session=session, options=StreamOptions())
     run_loop = asyncio.run
-    if client == "aiohttp-uvloop":
+    if client.endswith("-uvloop"):
         import uvloop
         run_loop = uvloop.run
     run_loop(runner(url, "ref", warm, output_len, concurrency))

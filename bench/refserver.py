@@ -3,9 +3,12 @@
     python bench/refserver.py --port 32100 --ttft-ms 20 --gap-ms 5 [--cpu 1]
 
 POST /v1/completions or /v1/chat/completions (stream: true): the first token is written TTFT after
-the request was read, then one token every GAP, until max_tokens; every write is scheduled on an
+the request arrived, then one token every GAP, until max_tokens; every write is scheduled on an
 absolute deadline of the loop's monotonic clock (loop.call_at), so timing errors do not
-accumulate. Each token is one SSE event of OpenAI's shape; then the usage event and [DONE].
+accumulate. A request's arrival is stamped first thing in data_received and its handling is
+deferred to after every read of the same loop iteration: when C clients send at once (a closed
+loop in lockstep), the k-th request is stamped when it was read, not after k-1 requests were
+parsed and answered (that wait would be the server's latency, missing from its own record). Each token is one SSE event of OpenAI's shape; then the usage event and [DONE].
 GET /stats returns (and resets) how late the server's own writes were: its truth is only as good
 as that. GET /v1/models and /health answer for clients that probe first (guidellm).
 """
@@ -76,7 +79,11 @@ class RefProtocol(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
+        self.arrived = self.loop.time()
         self.buffer += data
+        self.loop.call_soon(self.parse)
+
+    def parse(self) -> None:
         while True:
             end = self.buffer.find(b"\r\n\r\n")
             if end < 0:
@@ -115,7 +122,7 @@ class RefProtocol(asyncio.Protocol):
             self.transport.write(_json_response({"choices": [choice], "usage": usage}))
             return
         self.transport.write(HEAD)
-        start = self.loop.time()
+        start = self.arrived
         self.timing.first_read = min(self.timing.first_read, start)
         stream = _Stream(self, n, chat, prompt_tokens, bool(options.get("include_usage")),
                          bool(options.get("continuous_usage_stats")))

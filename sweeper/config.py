@@ -46,7 +46,7 @@ class HostSpec(Strict):
     gpu_gate: Literal["auto", "on", "off"] = "auto"
     gpu_busy_mib: int = Field(1024, ge=0, description="a foreign process above this blocks a launch")
     gpu_release_timeout_s: float = Field(120.0, gt=0)
-    # where the load client runs (sweeper/loadgen/onhost.py): auto = on the host when its python has aiohttp
+    # where the load client runs (sweeper/loadgen/onhost.py): auto = on the host when its python is >= 3.9
     load_from: Literal["auto", "controller", "host"] = "auto"
     # many hosts (sweeper/workers.py): disjoint GPU sets, each a slot with its own lease and worker,
     # e.g. ["0,1,2,3", "4,5,6,7"]; a config whose space `gpus` fits in one set runs in it

@@ -322,7 +322,7 @@ class SSHHost:
 
     def run_python(self, source: str, stdin: bytes, timeout_s: float) -> CommandResult:
         """`python -c source` with the host's python (site-packages on, unlike the agent: the
-        load client needs aiohttp), fed stdin. Not retried: a dropped connection is an InfraError
+        load client uses uvloop when it is there), fed stdin. Not retried: a dropped connection is an InfraError
         (and a disruption of the trial), as during an agent operation."""
         transport = self._transport()
         argv = (self.python_for_agent(), "-c", source)

@@ -6,8 +6,10 @@ starts when it is sent, its TTFT ends at the first chunk carrying non-empty text
 non-empty chunk is one inter-token step. Every level run also measures the client's own event-loop
 lag (lag.py), so a level the client could not keep up with is marked invalid, not believed.
 
-aiohttp over httpx: on one core it ingests about 2x the streamed tokens per second
-(bench/README.md, "Capacity").
+HTTP is our own lean HTTP/1.1 client (http1.py): each read of a stream is parsed in the socket's
+callback, no coroutine wakes per chunk, and a request's start is the moment its bytes are written
+to an open connection. On one core it took in more than aiohttp (2x httpx) while keeping TTFT
+within 0.5 ms (bench/README.md, "Third pass").
 
 Connections are kept alive: each response is read to its end, and its connection goes back to a
 pool that serves the next request (a new TCP connection per request sat inside every TTFT and cost
@@ -25,12 +27,11 @@ import json
 import math
 import time
 from dataclasses import dataclass, field, replace
-from types import SimpleNamespace
 from typing import Any, Coroutine, TypeVar
 
-import aiohttp
-
 from sweeper.loadgen.endpoints import Api, RequestDialect, build_request_body, choice_text, endpoint_url
+from sweeper.loadgen.http1 import (ENOUGH, MORE, STOP, BufferSink, HttpError, Pool, RequestTimeout,
+                                   StaleConnection, Stalled)
 from sweeper.loadgen.lag import LagStats, LoopLagMonitor
 from sweeper.loadgen.sse import SseDataDecoder
 
@@ -38,7 +39,7 @@ ERROR_BODY_CHARS = 200
 T = TypeVar("T")
 _decode_json = json.JSONDecoder().decode  # json.loads minus its per-call argument checks
 JSON_HEADERS = {"Content-Type": "application/json"}
-DRAIN_S = 1.0  # after [DONE], how long the body's end may take before the connection is dropped
+ERROR_BODY_BYTES = 64 * 1024  # of a non-200 reply's body: enough for its message
 
 
 class LoadgenError(Exception):
@@ -254,42 +255,6 @@ def is_stalled(sample: RequestSample) -> bool:
     return bool(sample.error) and sample.error.startswith(STALLED)
 
 
-def new_session(keep_alive: bool = True) -> aiohttp.ClientSession:
-    """A session whose pool never bounds concurrency (limit=0: aiohttp's default of 100, or any
-    smaller cap, would silently); it holds at most as many connections as requests were in flight.
-    keep_alive=False opens a new connection per request."""
-    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=not keep_alive)
-    return aiohttp.ClientSession(connector=connector, trace_configs=[_reuse_trace()])
-
-
-def _reuse_trace() -> aiohttp.TraceConfig:
-    """Marks a request's trace context (a SimpleNamespace passed as trace_request_ctx) `reused`
-    when aiohttp sends it over a pooled connection."""
-    async def on_reuse(session: object, context: SimpleNamespace, params: object) -> None:
-        if isinstance(context.trace_request_ctx, SimpleNamespace):
-            context.trace_request_ctx.reused = True
-
-    config = aiohttp.TraceConfig()
-    config.on_connection_reuseconn.append(on_reuse)
-    return config
-
-
-def _connection_cap(session: aiohttp.ClientSession) -> int | None:
-    """The most connections the session may open to one host; None when unbounded."""
-    connector = session.connector
-    if connector is None:
-        return None
-    caps = [cap for cap in (connector.limit, connector.limit_per_host) if cap]  # 0 means no cap
-    return min(caps) if caps else None
-
-
-def _check_session(session: aiohttp.ClientSession | None, concurrency: int) -> None:
-    if session is not None and (cap := _connection_cap(session)) is not None and cap < concurrency:
-        raise ValueError(
-            f"session connector allows {cap} connections, below concurrency {concurrency}"
-        )
-
-
 def _options(options: StreamOptions | None, timeout_s: float, extra_body: dict | None) -> StreamOptions:
     if options is not None:
         return options
@@ -305,7 +270,7 @@ async def run_closed_loop(
     *,
     timeout_s: float = 300.0,
     extra_body: dict | None = None,
-    session: aiohttp.ClientSession | None = None,
+    session: Pool | None = None,
     options: StreamOptions | None = None,
 ) -> LevelRun:
     """Send every prompt with exactly `concurrency` requests in flight until the prompts run out.
@@ -315,14 +280,13 @@ async def run_closed_loop(
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-    _check_session(session, concurrency)
     opts = _options(options, timeout_s, extra_body)
     url = endpoint_url(base_url, opts.api)
     samples: list[RequestSample | None] = [None] * len(prompts)
     queue = iter(enumerate(prompts))  # shared by the workers: each takes the next prompt when free
     stalled = False  # a stalled request means a hung server: send no more (the level is lost anyway)
 
-    async def worker(client: aiohttp.ClientSession) -> None:
+    async def worker(client: Pool) -> None:
         nonlocal stalled
         for index, prompt in queue:
             if stalled:
@@ -330,7 +294,7 @@ async def run_closed_loop(
             samples[index] = await _send_streaming(client, url, model, prompt, output_len, opts)
             stalled = stalled or is_stalled(samples[index])
 
-    client = session or new_session()
+    client = session or Pool()
     try:
         async with LoopLagMonitor() as lag:
             wall_start = time.perf_counter()
@@ -338,7 +302,7 @@ async def run_closed_loop(
             wall_end = time.perf_counter()
     finally:
         if session is None:
-            await client.close()
+            client.close()
     return LevelRun([s for s in samples if s is not None], wall_start, wall_end, lag.stats())
 
 
@@ -350,7 +314,7 @@ async def run_open_loop(
     send_offsets_s: list[float],
     *,
     max_concurrency: int | None = None,
-    session: aiohttp.ClientSession | None = None,
+    session: Pool | None = None,
     options: StreamOptions | None = None,
 ) -> LevelRun:
     """Send prompt i at wall start + send_offsets_s[i] (workload.arrival_offsets_s builds a fixed
@@ -360,19 +324,18 @@ async def run_open_loop(
         raise ValueError(f"{len(prompts)} prompts but {len(send_offsets_s)} send times")
     if max_concurrency is not None and max_concurrency < 1:
         raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
-    _check_session(session, max_concurrency or 0)
     opts = options or StreamOptions()
     url = endpoint_url(base_url, opts.api)
     gate = asyncio.Semaphore(max_concurrency) if max_concurrency else None
 
-    async def one(client: aiohttp.ClientSession, prompt, due: float) -> RequestSample:
+    async def one(client: Pool, prompt, due: float) -> RequestSample:
         await asyncio.sleep(max(due - time.perf_counter(), 0.0))
         if gate is None:
             return await _send_streaming(client, url, model, prompt, output_len, opts)
         async with gate:
             return await _send_streaming(client, url, model, prompt, output_len, opts)
 
-    client = session or new_session()
+    client = session or Pool()
     try:
         async with LoopLagMonitor() as lag:
             wall_start = time.perf_counter()
@@ -382,7 +345,7 @@ async def run_open_loop(
             wall_end = time.perf_counter()
     finally:
         if session is None:
-            await client.close()
+            client.close()
     return LevelRun(list(samples), wall_start, wall_end, lag.stats())
 
 
@@ -434,7 +397,7 @@ def run_level(
 
 
 async def _send_streaming(
-    session: aiohttp.ClientSession,
+    pool: Pool,
     url: str,
     model: str,
     prompt: str | list[int],
@@ -453,19 +416,20 @@ async def _send_streaming(
         ignore_eos=opts.ignore_eos,
     )
     body = json.dumps(payload).encode()  # before the clock starts: not the server's latency
-    start, tally, error, stale = await _attempt(session, url, body, opts)
     reconnects = 0
-    if stale:  # once more, on a connection of its own: the pool may hold more the server closed
+    try:
+        stream, error = await _attempt(pool, url, body, opts, fresh=False)
+    except _Stale:  # once more, on a connection of its own: the pool may hold more the server closed
         reconnects = 1
-        async with new_session(keep_alive=False) as fresh:
-            start, tally, error, _ = await _attempt(fresh, url, body, opts)
+        stream, error = await _attempt(pool, url, body, opts, fresh=True)
+    tally = stream.tally
     end = tally.done_at if tally.done_at is not None and not error else time.perf_counter()
     streamed = sum(tally.chunk_tokens)
     return RequestSample(
         ok=not error,
         error=error,
-        start=start,
-        ttft=tally.chunk_times[0] - start if tally.chunk_times else math.nan,
+        start=stream.start,
+        ttft=tally.chunk_times[0] - stream.start if tally.chunk_times else math.nan,
         chunk_times=tally.chunk_times,
         chunk_tokens=tally.chunk_tokens,
         end=end,
@@ -479,80 +443,88 @@ async def _send_streaming(
     )
 
 
-async def _attempt(
-    session: aiohttp.ClientSession, url: str, body: bytes, opts: StreamOptions
-) -> tuple[float, _StreamTally, str, bool]:
-    """Send once: (start, tally, error text or "", whether it met a kept connection the server
-    had closed)."""
-    tally = _StreamTally(coalesced=opts.coalesced_stream)
-    attempt = SimpleNamespace(reused=False, answered=False)
-    start = time.perf_counter()
+class _Stale(Exception):
+    """The first attempt met a kept connection the server had closed (http1.StaleConnection)."""
+
+
+class _StreamSink:
+    """One streamed response into a tally. http1 calls body() from the socket's read callback, so
+    each read's events are decoded right there: no coroutine wakes per chunk."""
+
+    __slots__ = ("tally", "decoder", "start", "status", "done", "_error_parts", "_error_size")
+
+    def __init__(self, tally: _StreamTally) -> None:
+        self.tally = tally
+        self.decoder = SseDataDecoder()
+        self.start = time.perf_counter()  # until sent() says when the request was written
+        self.status = 0
+        self.done = False
+        self._error_parts: list[bytes] = []
+        self._error_size = 0
+
+    def sent(self, at: float) -> None:
+        self.start = at
+
+    def head(self, status: int, headers: dict[str, str]) -> None:
+        self.status = status
+
+    def body(self, data: bytes, now: float) -> int:
+        if self.status != 200:  # an error reply: keep its message, not an endless body
+            self._error_parts.append(data)
+            self._error_size += len(data)
+            return STOP if self._error_size >= ERROR_BODY_BYTES else MORE
+        if self.done:
+            return ENOUGH
+        tally = self.tally
+        for payload_text in self.decoder.feed(data):
+            if payload_text == "[DONE]":
+                tally.done_at, self.done = now, True
+                return ENOUGH
+            tally.add(_decode_json(payload_text), now)
+            if tally.error:
+                return STOP
+        return MORE
+
+    def outcome(self) -> str:
+        """After the response: an error text, or "" when the stream was good."""
+        if self.status != 200:
+            text = b"".join(self._error_parts).decode("utf-8", "replace")
+            return f"HTTP {self.status}: {text[:ERROR_BODY_CHARS]}"
+        if not self.done and not self.tally.error:
+            for payload_text in self.decoder.flush():
+                if payload_text != "[DONE]":
+                    self.tally.add(json.loads(payload_text), time.perf_counter())
+        if not self.tally.error:
+            self.tally.finish()
+        return self.tally.error
+
+
+async def _attempt(pool: Pool, url: str, body: bytes, opts: StreamOptions, fresh: bool) -> tuple[_StreamSink, str]:
+    """Send once: the stream as read and an error text ("" on success). Raises _Stale only for a
+    first attempt that met a kept connection the server had closed."""
+    stream = _StreamSink(_StreamTally(coalesced=opts.coalesced_stream))
     try:
-        error = await _read_stream(session, url, body, opts, tally, attempt)
-        if not error:
-            tally.finish()
-        return start, tally, error, False
-    except aiohttp.ServerTimeoutError:  # sock_read: the only socket timeout set
-        return start, tally, f"{STALLED} no data for {opts.stall_timeout_s:g} s", False
-    except TimeoutError:
-        return start, tally, f"timeout after {opts.timeout_s:g} s", False
+        await pool.request("POST", url, body, stream, headers=JSON_HEADERS, timeout_s=opts.timeout_s,
+                           stall_s=opts.stall_timeout_s, fresh=fresh)
+    except StaleConnection:
+        if fresh:
+            return stream, "ServerDisconnected: server closed a fresh connection before answering"
+        raise _Stale from None
+    except Stalled:
+        return stream, f"{STALLED} no data for {opts.stall_timeout_s:g} s"
+    except RequestTimeout:
+        return stream, f"timeout after {opts.timeout_s:g} s"
     except Exception as exc:  # a bad server must cost one sample, never the whole level
-        error = f"{type(exc).__name__}: {exc}"[:ERROR_BODY_CHARS]
-        return start, tally, error, _closed_under_us(exc, attempt)
-
-
-def _closed_under_us(exc: Exception, attempt: SimpleNamespace) -> bool:
-    """A kept connection the server had closed before this request reached it: it failed on a
-    reused connection with no reply at all (aiohttp's own retry rule, which it applies to
-    idempotent methods only). A connection that could not be opened is never this."""
-    return (attempt.reused and not attempt.answered
-            and isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError))
-            and not isinstance(exc, aiohttp.ClientConnectorError))
+        return stream, f"{type(exc).__name__}: {exc}"[:ERROR_BODY_CHARS]
+    try:
+        return stream, stream.outcome()
+    except Exception as exc:
+        return stream, f"{type(exc).__name__}: {exc}"[:ERROR_BODY_CHARS]
 
 
 def _prompt_ids(prompt: str | list[int]) -> int:
     """Input tokens when the server reports none: exact for token ids, 0 (unknown) for text."""
     return len(prompt) if isinstance(prompt, list) else 0
-
-
-async def _read_stream(
-    session: aiohttp.ClientSession, url: str, body: bytes, opts: StreamOptions, tally: _StreamTally,
-    attempt: SimpleNamespace,
-) -> str:
-    """Feed the response's events into tally; return an error text, or "" on success."""
-    timeout = aiohttp.ClientTimeout(total=opts.timeout_s, sock_read=opts.stall_timeout_s)
-    async with session.post(url, data=body, headers=JSON_HEADERS, timeout=timeout,
-                            trace_request_ctx=attempt) as response:
-        attempt.answered = True
-        if response.status != 200:
-            body = await response.text(errors="replace")
-            return f"HTTP {response.status}: {body[:ERROR_BODY_CHARS]}"
-        decoder = SseDataDecoder()
-        async for data in response.content.iter_any():
-            now = time.perf_counter()
-            for payload_text in decoder.feed(data):
-                if payload_text == "[DONE]":
-                    tally.done_at = now
-                    await _read_to_end(response)
-                    return tally.error
-                tally.add(_decode_json(payload_text), now)
-                if tally.error:
-                    return tally.error
-        for payload_text in decoder.flush():
-            if payload_text != "[DONE]":
-                tally.add(json.loads(payload_text), time.perf_counter())
-    return tally.error
-
-
-async def _read_to_end(response: aiohttp.ClientResponse) -> None:
-    """Read the body's end (the last chunk of a chunked reply), so the connection goes back to the
-    pool; a body that does not end soon after [DONE] costs its connection, not the sample."""
-    if response.content.at_eof():
-        return
-    try:
-        await asyncio.wait_for(response.content.read(), DRAIN_S)
-    except Exception:
-        response.close()
 
 
 async def complete_once(
@@ -563,28 +535,30 @@ async def complete_once(
     timeout_s: float = 60.0,
     *,
     extra_body: dict | None = None,
-    session: aiohttp.ClientSession | None = None,
+    session: Pool | None = None,
     api: Api = "completions",
 ) -> CompletionResult:
     """One greedy, non-streamed completion; raises LoadgenError unless it returns usable JSON."""
     url = endpoint_url(base_url, api)
-    payload = build_request_body(
-        api, model, prompt, max_tokens, stream=False, extra_body=extra_body
-    )
-    client = session or new_session()
+    payload = json.dumps(build_request_body(api, model, prompt, max_tokens, stream=False,
+                                            extra_body=extra_body)).encode()
+    pool = session or Pool()
+    reply = BufferSink()
     try:
-        async with client.post(
-            url, json=payload, timeout=aiohttp.ClientTimeout(total=timeout_s)
-        ) as response:
-            body = await response.text(errors="replace")
-            status = response.status
-    except TimeoutError as exc:
+        try:
+            await pool.request("POST", url, payload, reply, headers=JSON_HEADERS, timeout_s=timeout_s)
+        except StaleConnection:  # a kept connection of the caller's pool: once more, fresh
+            reply = BufferSink()
+            await pool.request("POST", url, payload, reply, headers=JSON_HEADERS, timeout_s=timeout_s,
+                               fresh=True)
+    except RequestTimeout as exc:
         raise LoadgenError(f"no reply from {url} within {timeout_s:g} s") from exc
-    except aiohttp.ClientError as exc:
+    except (HttpError, ValueError) as exc:
         raise LoadgenError(f"request to {url} failed: {type(exc).__name__}: {exc}") from exc
     finally:
         if session is None:
-            await client.close()
+            pool.close()
+    body, status = reply.text(), reply.status
     if status != 200:
         raise LoadgenError(f"HTTP {status} from {url}: {body[:ERROR_BODY_CHARS]}", status, body)
     return _parse_completion(body, status, url)
@@ -628,3 +602,9 @@ def complete(
     return asyncio.run(
         complete_once(base_url, model, prompt, max_tokens, timeout_s, extra_body=extra_body, api=api)
     )
+
+
+def new_session(keep_alive: bool = True) -> Pool:
+    """A connection pool for run_closed_loop/run_open_loop/complete_once to share (never capped);
+    keep_alive=False opens a new connection per request."""
+    return Pool(keep_alive=keep_alive)

@@ -2,10 +2,10 @@
 
 From the controller, every byte crosses the network (and, by default, the SSH port forward): the
 round trip lands in every TTFT and the forward's pumps can cap what streams through. On the host,
-the client module is shipped over SSH and run with the host's python (SGLang and vLLM
-environments already have aiohttp), next to the server; its raw samples come back as JSON and
-enter the same metrics record. `auto` (the default) loads from the host when the host's python
-can import aiohttp, else from the controller.
+the client's modules (standard library only) are shipped over SSH and run with the host's python,
+next to the server; its raw samples come back as JSON and enter the same metrics record. `auto`
+(the default) loads from the host when the host's python is 3.9 or newer, else from the
+controller.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from sweeper.errors import InfraError, UserError
 from sweeper.loadgen.client import LevelRun, RequestSample, StreamOptions, run_level
 from sweeper.loadgen.lag import LagStats
 
-# The modules the host needs, relative to the package root's parent: standard library + aiohttp.
+# The modules the host needs, relative to the package root's parent: standard library only.
 SHIPPED = ("sweeper/__init__.py", "sweeper/loadgen/__init__.py", "sweeper/loadgen/client.py",
-           "sweeper/loadgen/endpoints.py", "sweeper/loadgen/lag.py", "sweeper/loadgen/sse.py",
-           "sweeper/loadgen/hostmain.py")
+           "sweeper/loadgen/endpoints.py", "sweeper/loadgen/http1.py", "sweeper/loadgen/lag.py",
+           "sweeper/loadgen/sse.py", "sweeper/loadgen/hostmain.py")
 
 # Run with `python -c`: the first stdin line is the modules, the rest the request. They go into a
 # private temporary folder put first on sys.path (so an installed sweeper, if any, is not used),
@@ -46,7 +46,8 @@ finally:
     shutil.rmtree(root, ignore_errors=True)
 sys.exit(code)
 """
-PROBE = "import aiohttp, sys; print(sys.version_info[:2] >= (3, 9))"
+PROBE = "import sys; print(sys.version_info[:2] >= (3, 9))"
+NOT_FOUND = 127  # the shell's exit status for a command it cannot find
 SLACK_S = 60.0  # beyond the requests' own time limits: python start, imports, the answer's transfer
 
 LevelRunner = Callable[[list, int, int, StreamOptions], LevelRun]  # prompts, output_len, C, options
@@ -88,13 +89,13 @@ def run_timeout_s(n_prompts: int, concurrency: int, options: StreamOptions) -> f
 
 
 def parse_host_run(host: str, python: str, returncode: int, stdout: str, stderr: str) -> LevelRun:
-    """The host's answer as the LevelRun the controller would have measured; a host python
-    without aiohttp is the user's to fix (UserError), anything else an infrastructure fault."""
+    """The host's answer as the LevelRun the controller would have measured; a host python that
+    is missing or too old is the user's to fix (UserError), anything else an infrastructure fault."""
     if returncode != 0 or not stdout.strip():
         tail = (stderr.strip().splitlines() or [f"exit {returncode}, no output"])[-1]
-        if "No module named 'aiohttp'" in stderr:
-            raise UserError(f"host {host!r}: load_from: host needs aiohttp in the host's python "
-                            f"({python}): {tail}; install it there, or set load_from: controller")
+        if returncode == NOT_FOUND or "SyntaxError" in stderr:
+            raise UserError(f"host {host!r}: load_from: host needs python >= 3.9 on the host "
+                            f"({python}): {tail}; set hosts.{host}.python, or load_from: controller")
         raise InfraError(f"host {host!r}: the load run on the host failed (exit {returncode}): {tail}")
     try:
         answer = json.loads(stdout)
@@ -127,7 +128,7 @@ def controller_runner(base_url: str, model: str) -> LevelRunner:
 
 
 def host_can_load(host: PythonHost) -> bool:
-    """Whether the host's python imports aiohttp (and is new enough for the client)."""
+    """Whether the host's python is there and new enough for the client."""
     result = host.run_python(PROBE, b"", 60.0)
     return result.returncode == 0 and result.stdout.strip() == "True"
 
@@ -141,7 +142,7 @@ def resolve_load_from(setting: str, transport: str, probe: Callable[[], bool]) -
     return "host" if probe() else "controller"
 
 
-_probed: dict[str, bool] = {}  # host name -> its python imports aiohttp (asked once per process)
+_probed: dict[str, bool] = {}  # host name -> its python can run the client (asked once per process)
 
 
 def load_place(host: Any, setting: str, transport: str, port: int, model: str) -> LoadPlace:

@@ -20,7 +20,7 @@ from sweeper.loadgen.onhost import host_can_load, host_runner, load_place
 from sweeper.loadgen.workload import build_prompt_token_ids
 from tests.integration.test_loadgen_client import MODEL, serve  # noqa: F401  (the server fixture)
 
-NO_AIOHTTP_PYTHON = "/usr/bin/python3"  # Debian's python: no aiohttp
+BARE_PYTHON = "/usr/bin/python3"  # Debian's python: no aiohttp, no uvloop, nothing but the standard library
 
 
 def ssh_host(sshd, tmp_path, **extra) -> SSHHost:
@@ -67,24 +67,29 @@ def test_failed_requests_on_the_host_come_back_as_failed_samples(sshd, ssh_home,
     assert all("Connect" in s.error for s in run.samples), [s.error for s in run.samples]
 
 
-@pytest.mark.skipif(not os.path.exists(NO_AIOHTTP_PYTHON), reason="needs a python without aiohttp")
-def test_auto_loads_from_the_host_only_when_its_python_has_aiohttp(serve, sshd, ssh_home, tmp_path):
-    server = serve()
-    with_aiohttp = ssh_host(sshd, tmp_path)
-    without = ssh_host(sshd, tmp_path, python=NO_AIOHTTP_PYTHON)
-    without.name = "bare-box"  # its own probe result
+@pytest.mark.skipif(not os.path.exists(BARE_PYTHON), reason="needs the system's python3")
+def test_a_bare_python_on_the_host_is_enough_and_a_missing_one_means_the_controller(serve, sshd, ssh_home,
+                                                                                   tmp_path):
+    server = serve(token_delay_s=0.002)
+    bare = ssh_host(sshd, tmp_path, python=BARE_PYTHON)
+    missing = ssh_host(sshd, tmp_path, python="/nonexistent/python3")
+    missing.name = "no-python-box"  # its own probe result
     try:
-        assert host_can_load(with_aiohttp) and not host_can_load(without)
-        assert load_place(with_aiohttp, "auto", "ssh", server_port(server), MODEL).where == "host"
-        assert load_place(without, "auto", "ssh", server_port(server), MODEL).where == "controller"
-        assert load_place(with_aiohttp, "controller", "ssh", server_port(server), MODEL).where == "controller"
-        forced = load_place(without, "host", "ssh", server_port(server), MODEL)
-        with pytest.raises(UserError, match=r"load_from: host needs aiohttp in the host's python "
-                                            r"\(/usr/bin/python3\).*set load_from: controller"):
+        assert host_can_load(bare) and not host_can_load(missing)
+        place = load_place(bare, "auto", "ssh", server_port(server), MODEL)
+        assert place.where == "host"
+        run = place.run(build_prompt_token_ids(4, 8, seed=3), 5, 2, StreamOptions())
+        assert run.ran["python"] == BARE_PYTHON and run.ran["loop"] == "asyncio"
+        assert all(s.ok and s.output_tokens == 5 for s in run.samples), [s.error for s in run.samples]
+        assert load_place(missing, "auto", "ssh", server_port(server), MODEL).where == "controller"
+        assert load_place(bare, "controller", "ssh", server_port(server), MODEL).where == "controller"
+        forced = load_place(missing, "host", "ssh", server_port(server), MODEL)
+        with pytest.raises(UserError, match=r"load_from: host needs python >= 3.9 on the host "
+                                            r"\(/nonexistent/python3\).*or load_from: controller"):
             forced.run(build_prompt_token_ids(1, 4, seed=3), 2, 1, StreamOptions())
     finally:
-        with_aiohttp.close()
-        without.close()
+        bare.close()
+        missing.close()
 
 
 def test_local_hosts_always_load_from_the_controller():

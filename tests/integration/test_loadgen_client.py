@@ -354,17 +354,6 @@ def test_unreachable_server_gives_failed_samples():
     assert not s.ok and "Connect" in s.error
 
 
-def test_session_capped_below_concurrency_is_refused(serve):
-    server = serve()
-
-    async def run_with_capped_session():
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=2)) as session:
-            await run_closed_loop(server.base_url, MODEL, [[200]] * 8, 2, 4, session=session)
-
-    with pytest.raises(ValueError, match="2 connections"):
-        asyncio.run(run_with_capped_session())
-
-
 def test_complete_returns_greedy_text_and_usage(serve):
     server = serve(token_delay_s=0.001)
     result = complete(server.base_url, MODEL, "Hello", 3, 5.0)
@@ -412,10 +401,11 @@ def test_complete_raises_when_unreachable():
 def test_dropped_connection_fails_the_request_and_the_level(serve):
     server = serve(drop_after=2)
     samples, m = run_and_summarize(server, build_prompt_token_ids(3, 8, seed=9), 6, 3)
-    assert all(not s.ok and "ClientPayloadError" in s.error for s in samples), samples
+    assert all(not s.ok and s.error.startswith("ServerDisconnected: server closed the connection before "
+                                               "the response ended") for s in samples), samples
     assert all(s.streamed_tokens == 2 for s in samples)  # what came before the drop is kept
     assert not m["valid"]
-    assert m["invalid_reasons"][0].startswith("3 of 3 requests failed: ClientPayloadError")
+    assert m["invalid_reasons"][0].startswith("3 of 3 requests failed: ServerDisconnected")
 
 
 def test_stalled_stream_fails_as_stalled(serve):
