@@ -150,7 +150,19 @@ class _Stream:
         transport = proto.transport
         if transport is None or transport.is_closing():
             return
-        now = proto.loop.time()
+        k = self.k + 1
+        last = k == self.n
+        choice = {"index": 0, "finish_reason": "length" if last else None}
+        choice |= {"delta": {"content": " tok"}} if self.chat else {"text": " tok", "logprobs": None}
+        event = {**self.head, "choices": [choice]}
+        if self.per_chunk_usage:
+            event["usage"] = self._usage(k)
+        data = _event(event)
+        if last:
+            if self.usage:
+                data += _event({**self.head, "choices": [], "usage": self._usage(self.n)})
+            data += _event("[DONE]") + b"0\r\n\r\n"
+        now = proto.loop.time()  # stamped after the event is built, right before it is written
         timing = proto.timing
         timing.lateness_s.append(now - self.deadline)
         if self.k == 0:
@@ -160,24 +172,11 @@ class _Stream:
         self.previous = now
         timing.tokens += 1
         timing.last_write = max(timing.last_write, now)
-        self.k += 1
-        last = self.k == self.n
-        finish = "length" if last else None
-        choice = {"index": 0, "finish_reason": finish}
-        choice |= {"delta": {"content": " tok"}} if self.chat else {"text": " tok", "logprobs": None}
-        event = {**self.head, "choices": [choice]}
-        if self.per_chunk_usage:
-            event["usage"] = self._usage(self.k)
-        data = _event(event)
-        if last:
-            if self.usage:
-                data += _event({**self.head, "choices": [], "usage": self._usage(self.n)})
-            data += _event("[DONE]") + b"0\r\n\r\n"
-            transport.write(data)
-            return
+        self.k = k
         transport.write(data)
-        self.deadline = self.start + proto.timing.ttft_s + self.k * proto.timing.gap_s
-        proto.loop.call_at(self.deadline, self.write_token)
+        if not last:
+            self.deadline = self.start + timing.ttft_s + k * timing.gap_s
+            proto.loop.call_at(self.deadline, self.write_token)
 
     def _usage(self, k: int) -> dict:
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": k,

@@ -1,6 +1,6 @@
 """The host half of `load_from: host`: one level run on the GPU host itself, next to the server.
 
-loadgen/onhost.py ships this module with the client's own (client, endpoints, http1, lag, sse:
+loadgen/onhost.py ships this module with the client's own (client, endpoints, http1, sockio, lag, sse:
 standard library only) and runs it with the host's python. It reads one request as JSON on
 stdin and writes the run as JSON on stdout: the raw samples, the wall span and the loop lag,
 exactly what the controller would have measured had it run the level itself.

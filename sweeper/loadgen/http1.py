@@ -1,11 +1,11 @@
 """A lean HTTP/1.1 client on asyncio's Protocol API: the load generator's only HTTP path.
 
 Why not aiohttp (which the client used before): its request path cost ~0.2 ms of client time
-between a request's start timestamp and its bytes leaving, inside every TTFT, and every response
-chunk woke a coroutine. Here a request is one transport.write of head and body, and each read of a
-response is parsed and handed to a callback from data_received: no task switch per chunk
-(bench/README.md, "Third pass"). Standard library only, so the same module runs with any host
-python >= 3.9 (loadgen/onhost.py).
+between a request's start timestamp and its bytes leaving, inside every TTFT, every response
+chunk woke a coroutine, and a chunk's time was when that coroutine ran. Here a request is one
+write of head and body, each read is stamped by the kernel when it arrived (sockio.py) and parsed
+in the socket's read callback: no task switch per chunk (bench/README.md, "Third pass").
+Standard library only, so the same module runs with any host python >= 3.9 (loadgen/onhost.py).
 
 Scope is what OpenAI-style inference servers speak: a request with a body; responses framed by
 Content-Length, chunked transfer coding or the connection's close; kept-alive connections; http
@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit
+
+from sweeper.loadgen.sockio import StampedSocket, open_stamped
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_LINE_BYTES = 4096  # a chunk-size or trailer line
@@ -126,13 +128,13 @@ def parse_head(head: bytes) -> tuple[str, int, dict[str, str]]:
 _IDLE, _HEAD, _LENGTH, _CHUNKED, _UNTIL_CLOSE = range(5)
 
 
-class _Connection(asyncio.Protocol):
-    """One TCP (or TLS) connection carrying one exchange at a time."""
+class _Connection:
+    """One connection carrying one exchange at a time; its I/O is a sockio.StampedSocket (plain
+    TCP, reads stamped by the kernel) or a _TlsProtocol."""
 
     def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
+        self.io: StampedSocket | _TlsProtocol | None = None
         self.closed = False
-        self.served = 0  # exchanges completed on it
         self.last_read = 0.0
         self._state = _IDLE
         self._sink: Sink | None = None
@@ -146,28 +148,25 @@ class _Connection(asyncio.Protocol):
         self._draining = False  # the sink has its answer: only the body's end is awaited
         self._timer: asyncio.TimerHandle | None = None
 
-    # ---------------------------------------------------------------- asyncio.Protocol
+    @property
+    def usable(self) -> bool:
+        return not self.closed and self.io is not None and not self.io.closing
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+    # ---------------------------------------------------------------- from the I/O
 
-    def data_received(self, data: bytes) -> None:
-        now = time.perf_counter()
-        self.last_read = now
+    def received(self, data: bytes, stamp: float) -> None:
+        self.last_read = stamp
         if self._state == _IDLE:
             self._drop()  # bytes nobody asked for: this connection cannot be trusted again
             return
         self._answered = True
         try:
-            self._feed(data, now)
+            self._feed(data, stamp)
         except Exception as exc:  # a malformed response or a failing consumer: this exchange only
             self._finish(exc if isinstance(exc, HttpError) else ProtocolError(f"{type(exc).__name__}: {exc}"),
                          keep=False)
 
-    def eof_received(self) -> bool:
-        return False  # close our side too; connection_lost follows
-
-    def connection_lost(self, exc: Exception | None) -> None:
+    def lost(self, exc: Exception | None) -> None:
         self.closed = True
         if self._done is None or self._done.done():
             return
@@ -184,8 +183,10 @@ class _Connection(asyncio.Protocol):
     def exchange(self, request: bytes, sink: Sink, timeout_s: float | None,
                  stall_s: float | None) -> asyncio.Future:
         """Write the request; the future ends (None, or the HttpError) when the response has."""
+        if not self.usable:  # closed by the server between connecting (or pooling) and now
+            raise ServerDisconnected("server closed the connection before answering", answered=False)
         loop = asyncio.get_running_loop()
-        self._done = loop.create_future()
+        self._done = done = loop.create_future()
         self._sink, self._state, self._buffer = sink, _HEAD, b""
         self._answered = self._chunk_end = self._trailers = self._draining = False
         now = time.perf_counter()
@@ -194,8 +195,8 @@ class _Connection(asyncio.Protocol):
         self._stall_s = stall_s
         self._arm(now)
         sink.sent(now)
-        self.transport.write(request)  # type: ignore[union-attr]
-        return self._done
+        self.io.write(request)  # type: ignore[union-attr]  (a failed write ends `done` at once)
+        return done
 
     def _arm(self, now: float) -> None:
         due = [t for t in (self._deadline, self.last_read + self._stall_s if self._stall_s else None)
@@ -226,9 +227,7 @@ class _Connection(asyncio.Protocol):
             self._timer.cancel()
             self._timer = None
         self._state, self._sink, self._buffer = _IDLE, None, b""
-        if keep:
-            self.served += 1
-        else:
+        if not keep:
             self._drop()
         done, self._done = self._done, None
         if done is not None and not done.done():
@@ -239,8 +238,8 @@ class _Connection(asyncio.Protocol):
 
     def _drop(self) -> None:
         self.closed = True
-        if self.transport is not None:
-            self.transport.close()
+        if self.io is not None:
+            self.io.close()
 
     # ---------------------------------------------------------------- parsing
 
@@ -416,31 +415,63 @@ class Pool:
         idle = self._idle.get(origin)
         while idle:
             conn = idle.pop()
-            if not conn.closed and not conn.transport.is_closing():  # type: ignore[union-attr]
+            if conn.usable:
                 return conn
             self._open.discard(conn)
         return None
 
     async def _connect(self, origin: Origin, timeout_s: float | None) -> _Connection:
-        loop = asyncio.get_running_loop()
-        ssl = self._ssl_context() if origin.scheme == "https" else None
+        conn = _Connection()
         try:
-            _, conn = await asyncio.wait_for(
-                loop.create_connection(_Connection, origin.host, origin.port, ssl=ssl,
-                                       server_hostname=origin.host if ssl else None),
-                timeout_s)
+            conn.io = await asyncio.wait_for(self._open_io(origin, conn), timeout_s)
         except (OSError, asyncio.TimeoutError) as exc:
             detail = "timed out" if isinstance(exc, asyncio.TimeoutError) else str(exc)
             raise ConnectError(f"cannot connect to {origin.host}:{origin.port}: {detail}") from None
         self._open.add(conn)
         return conn
 
-    def _ssl_context(self):
+    async def _open_io(self, origin: Origin, conn: _Connection) -> StampedSocket | _TlsProtocol:
+        if origin.scheme == "http":
+            return await open_stamped(origin.host, origin.port, conn.received, conn.lost)
         if self._ssl is None:
             import ssl  # only for https origins
 
             self._ssl = ssl.create_default_context()
-        return self._ssl
+        _, protocol = await asyncio.get_running_loop().create_connection(
+            lambda: _TlsProtocol(conn), origin.host, origin.port, ssl=self._ssl, server_hostname=origin.host)
+        return protocol
+
+
+class _TlsProtocol(asyncio.Protocol):
+    """https through asyncio's TLS transport: reads are stamped when the loop delivers them (the
+    kernel's stamp would be of encrypted records, not of the bytes they carry)."""
+
+    def __init__(self, conn: _Connection) -> None:
+        self._conn = conn
+        self._transport: asyncio.Transport | None = None
+
+    @property
+    def closing(self) -> bool:
+        return self._transport is None or self._transport.is_closing()
+
+    def write(self, data: bytes) -> None:
+        self._transport.write(data)  # type: ignore[union-attr]
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self._conn.received(data, time.perf_counter())
+
+    def eof_received(self) -> bool:
+        return False  # close our side too; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._conn.lost(exc)
 
 
 class BufferSink:

@@ -39,11 +39,13 @@ def test_a_failed_request_with_nan_ttft_survives_the_trip():
     assert math.isnan(run.samples[0].ttft) and run.samples[0].error.startswith("ClientConnectorError")
 
 
-def test_no_aiohttp_on_the_host_is_the_users_to_fix():
-    stderr = "Traceback ...\nModuleNotFoundError: No module named 'aiohttp'\n"
-    with pytest.raises(UserError, match=r"host 'box': load_from: host needs aiohttp in the host's python "
-                                        r"\(/opt/py\): ModuleNotFoundError.*set load_from: controller"):
-        parse_host_run("box", "/opt/py", 1, "", stderr)
+def test_a_missing_or_too_old_python_on_the_host_is_the_users_to_fix():
+    with pytest.raises(UserError, match=r"host 'box': load_from: host needs python >= 3.9 on the host "
+                                        r"\(/opt/py\): bash: /opt/py: No such file.*set hosts.box.python, "
+                                        r"or load_from: controller"):
+        parse_host_run("box", "/opt/py", 127, "", "bash: /opt/py: No such file or directory\n")
+    with pytest.raises(UserError, match=r"needs python >= 3.9 .*SyntaxError: invalid syntax"):
+        parse_host_run("box", "/opt/py", 1, "", "  File ...\nSyntaxError: invalid syntax\n")
 
 
 def test_other_failures_are_infrastructure_faults_with_the_last_stderr_line():
@@ -69,7 +71,7 @@ def test_the_bundle_is_the_clients_modules_and_needs_only_the_standard_library()
             if line.startswith(("import ", "from ")) and "sweeper" not in line:
                 module = line.split()[1].split(".")[0]
                 assert module in {"__future__", "asyncio", "json", "math", "platform", "sys", "time", "dataclasses",
-                                  "types", "typing", "urllib"}, line
+                                  "types", "typing", "urllib", "ipaddress", "socket", "struct"}, line
             if line.startswith("from sweeper"):
                 assert line.split()[1].replace(".", "/") + ".py" in SHIPPED or line.split()[1] == "sweeper.loadgen", line
 
