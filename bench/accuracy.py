@@ -2,13 +2,15 @@
 timing) at C = 1, 4, 16, 64. Passes when output tok/s is within 1% of the truth and the TTFT and
 ITL medians within 0.5 ms.
 
-The truth is what the server actually wrote, by its own monotonic clock: its medians of
-(first write - request read) and of the gaps between writes, and tokens written over its span.
+The truth is what the server actually did, by its own monotonic clock: its medians of (first
+write - the request's arrival, the kernel's receive stamp) and of the gaps between writes, and
+tokens written over its span.
 The nominal timing (--ttft-ms, --gap-ms) is printed beside it: asyncio's epoll timeout is rounded
 up to whole milliseconds, so the server's writes land up to ~1 ms after their deadlines (more on a
 busy machine); that is the server's deviation from its nominal schedule, not the client's error.
 
-    /tmp/v/bin/python bench/accuracy.py [--ttft-ms 50] [--gap-ms 10] [--output-len 100] [--rounds 2]
+    /tmp/benchvenv/bin/python bench/accuracy.py [--client sweeper] [--ttft-ms 50] [--gap-ms 10] [--output-len 100]
+                                                [--rounds 8] [--min-requests 32]
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ def main() -> int:
     parser.add_argument("--ttft-ms", type=float, default=50.0)
     parser.add_argument("--gap-ms", type=float, default=10.0)
     parser.add_argument("--output-len", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--min-requests", type=int, default=32, help="per level, whatever C (medians at C = 1)")
     parser.add_argument("--levels", default="1,4,16,64")
     parser.add_argument("--client", default="sweeper", help="of " + ", ".join(CLIENTS) + " (bench/common.py)")
     args = parser.parse_args()
@@ -38,7 +41,7 @@ def main() -> int:
     with refserver(args.ttft_ms, args.gap_ms) as url:
         for c in (int(x) for x in args.levels.split(",")):
             truth = Truth(args.ttft_ms, args.gap_ms, args.output_len, c)
-            m = run_ours(url, c, args.rounds * c, args.output_len, client=args.client)
+            m = run_ours(url, c, max(args.rounds * c, args.min_requests), args.output_len, client=args.client)
             late = server_lateness(url)
             actual = actual_truth(late)
             err = errors_against(m, actual)

@@ -1,14 +1,12 @@
-"""Reference streaming server with exactly known token timing (raw asyncio, no framework).
+"""Reference streaming server with exactly known token timing (raw sockets on asyncio's loop).
 
     python bench/refserver.py --port 32100 --ttft-ms 20 --gap-ms 5 [--cpu 1]
 
 POST /v1/completions or /v1/chat/completions (stream: true): the first token is written TTFT after
 the request arrived, then one token every GAP, until max_tokens; every write is scheduled on an
 absolute deadline of the loop's monotonic clock (loop.call_at), so timing errors do not
-accumulate. A request's arrival is stamped first thing in data_received and its handling is
-deferred to after every read of the same loop iteration: when C clients send at once (a closed
-loop in lockstep), the k-th request is stamped when it was read, not after k-1 requests were
-parsed and answered (that wait would be the server's latency, missing from its own record). Each token is one SSE event of OpenAI's shape; then the usage event and [DONE].
+accumulate. A request's arrival is the kernel's receive stamp (RefConnection says why); a write's
+time is taken right before its send. Linux only (SO_TIMESTAMPNS). Each token is one SSE event of OpenAI's shape; then the usage event and [DONE].
 GET /stats returns (and resets) how late the server's own writes were: its truth is only as good
 as that. GET /v1/models and /health answer for clients that probe first (guidellm).
 """
@@ -19,9 +17,13 @@ import argparse
 import asyncio
 import json
 import os
+import socket
+import struct
+import time
 
 import numpy as np
 
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux's number; Python names it from 3.12
 HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
         b"Transfer-Encoding: chunked\r\n\r\n")
 
@@ -68,20 +70,77 @@ class Timing:
         return stats
 
 
-class RefProtocol(asyncio.Protocol):
-    def __init__(self, timing: Timing) -> None:
-        self.timing = timing
+def _arrival(ancillary: list, now_mono: float, now_real: float) -> float:
+    """The kernel's receive stamp (CLOCK_REALTIME) in the loop's clock (monotonic)."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+            sec, nsec = struct.unpack_from("qq", data)
+            return min(sec + nsec * 1e-9 - (now_real - now_mono), now_mono)
+    return now_mono
+
+
+class RefConnection:
+    """One client connection on a non-blocking socket of the loop's reader. A request's arrival
+    is the kernel's receive stamp of its last bytes (SO_TIMESTAMPNS), not when this loop got round
+    to reading it: when C clients send at once, the k-th request waited in its socket while k-1
+    others were parsed and answered, and that wait is the server's latency, which must be in its
+    own record (the truth) as it is in the clients' TTFT."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, timing: Timing) -> None:
+        self.loop, self.sock, self.timing = loop, sock, timing
+        self.fd = sock.fileno()
         self.buffer = b""
-        self.transport: asyncio.Transport | None = None
-        self.loop = asyncio.get_running_loop()
+        self.unsent = b""
+        self.closed = False
+        self.arrived = 0.0
+        loop.add_reader(self.fd, self.readable)
 
-    def connection_made(self, transport) -> None:
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        self.arrived = self.loop.time()
+    def readable(self) -> None:
+        try:
+            data, ancillary, _, _ = self.sock.recvmsg(65536, socket.CMSG_SPACE(16))
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.close()
+            return
+        self.arrived = _arrival(ancillary, self.loop.time(), time.time())
         self.buffer += data
-        self.loop.call_soon(self.parse)
+        self.parse()
+
+    def write(self, data: bytes) -> None:
+        if self.closed:
+            return
+        if not self.unsent:
+            try:
+                data = data[self.sock.send(data):]
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                self.close()
+                return
+            if data:
+                self.loop.add_writer(self.fd, self.writable)
+        self.unsent += data
+
+    def writable(self) -> None:
+        try:
+            self.unsent = self.unsent[self.sock.send(self.unsent):]
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self.close()
+            return
+        if not self.unsent:
+            self.loop.remove_writer(self.fd)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.loop.remove_reader(self.fd)
+            self.loop.remove_writer(self.fd)
+            self.sock.close()
 
     def parse(self) -> None:
         while True:
@@ -104,9 +163,9 @@ class RefProtocol(asyncio.Protocol):
         method, path = request_line[0], request_line[1]
         if method == "GET":
             if path.startswith("/stats"):
-                self.transport.write(_json_response(self.timing.stats_and_reset()))
+                self.write(_json_response(self.timing.stats_and_reset()))
             else:
-                self.transport.write(_json_response({"object": "list", "data": [{"id": "ref", "object": "model"}]}))
+                self.write(_json_response({"object": "list", "data": [{"id": "ref", "object": "model"}]}))
             return
         request = json.loads(body or b"{}")
         n = int(request.get("max_tokens") or request.get("max_completion_tokens") or 16)
@@ -119,9 +178,9 @@ class RefProtocol(asyncio.Protocol):
             text = " tok" * n
             choice |= {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
-            self.transport.write(_json_response({"choices": [choice], "usage": usage}))
+            self.write(_json_response({"choices": [choice], "usage": usage}))
             return
-        self.transport.write(HEAD)
+        self.write(HEAD)
         start = self.arrived
         self.timing.first_read = min(self.timing.first_read, start)
         stream = _Stream(self, n, chat, prompt_tokens, bool(options.get("include_usage")),
@@ -132,7 +191,7 @@ class RefProtocol(asyncio.Protocol):
 class _Stream:
     """The writes of one streamed response, each at start + TTFT + k * GAP."""
 
-    def __init__(self, proto: RefProtocol, n: int, chat: bool, prompt_tokens: int,
+    def __init__(self, proto: RefConnection, n: int, chat: bool, prompt_tokens: int,
                  usage: bool, per_chunk_usage: bool) -> None:
         self.proto, self.n, self.chat = proto, n, chat
         self.prompt_tokens, self.usage, self.per_chunk_usage = prompt_tokens, usage, per_chunk_usage
@@ -147,8 +206,7 @@ class _Stream:
 
     def write_token(self) -> None:
         proto = self.proto
-        transport = proto.transport
-        if transport is None or transport.is_closing():
+        if proto.closed:
             return
         k = self.k + 1
         last = k == self.n
@@ -173,7 +231,7 @@ class _Stream:
         timing.tokens += 1
         timing.last_write = max(timing.last_write, now)
         self.k = k
-        transport.write(data)
+        proto.write(data)
         if not last:
             self.deadline = self.start + timing.ttft_s + k * timing.gap_s
             proto.loop.call_at(self.deadline, self.write_token)
@@ -185,10 +243,23 @@ class _Stream:
 
 async def serve(port: int, timing: Timing) -> None:
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: RefProtocol(timing), "127.0.0.1", port, backlog=4096)
+    listener = socket.create_server(("127.0.0.1", port), backlog=4096)
+    listener.setblocking(False)
+
+    def accept() -> None:
+        while True:
+            try:
+                sock, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            RefConnection(loop, sock, timing)
+
+    loop.add_reader(listener.fileno(), accept)
     print(f"refserver listening on 127.0.0.1:{port}", flush=True)
-    async with server:
-        await server.serve_forever()
+    await asyncio.Event().wait()
 
 
 def main() -> None:
