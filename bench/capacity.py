@@ -1,5 +1,6 @@
 """Capacity: the highest aggregate streamed token rate our client ingests on ONE core while the
-accuracy bound holds (output tok/s within 1% of the truth, TTFT and ITL medians within 0.5 ms),
+accuracy bound holds (output tok/s within 1% of the truth, TTFT and ITL medians within 0.5 ms)
+and the level is valid by sweeper's own rules (client lag among them),
 for sweeper's client (http1.py) and the aiohttp and httpx variants, then guidellm at the same
 concurrency against the same server.
 
@@ -74,7 +75,7 @@ def main() -> int:
                 truth = actual_truth(server_lateness(url))
                 err = errors_against(m, truth)
                 good = within_bounds(err)
-                if good and m["output_throughput"] > best.get(client, (0, 0.0))[1]:
+                if good and m["valid"] and m["output_throughput"] > best.get(client, (0, 0.0))[1]:
                     best[client] = (c, m["output_throughput"])
                 print(f"| {client} | {c} | {c * 1000 / args.gap_ms:.0f} | {truth['output_tok_s']:.0f} | "
                       f"{m['output_throughput']:.0f} | {err['tok_s_err_pct']:+.2f}% | {err['ttft_err_ms']:+.2f} | "

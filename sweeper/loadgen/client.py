@@ -295,10 +295,16 @@ async def run_closed_loop(
             stalled = stalled or is_stalled(samples[index])
 
     client = session or Pool()
+    workers = min(concurrency, len(prompts))
     try:
+        if client.keep_alive:
+            try:  # the level's clock starts with its connections open, as a long-lived client's are
+                await client.open(url, workers, opts.timeout_s)
+            except HttpError:
+                pass  # each request meets the same failure on its own, as a failed sample
         async with LoopLagMonitor() as lag:
             wall_start = time.perf_counter()
-            await asyncio.gather(*(worker(client) for _ in range(min(concurrency, len(prompts)))))
+            await asyncio.gather(*(worker(client) for _ in range(workers)))
             wall_end = time.perf_counter()
     finally:
         if session is None:

@@ -411,6 +411,19 @@ class Pool:
             self._open.discard(conn)
             conn.abort()
 
+    async def open(self, url: str, count: int, timeout_s: float | None = None) -> None:
+        """Open connections to url's origin (at once) until `count` are idle, so that what is timed
+        next does not include TCP handshakes. Raises ConnectError."""
+        origin, _ = split_url(url)
+        idle = self._idle.setdefault(origin, [])
+        idle[:] = [conn for conn in idle if conn.usable]
+        opened = await asyncio.gather(*(self._connect(origin, timeout_s) for _ in range(count - len(idle))),
+                                      return_exceptions=True)
+        idle.extend(conn for conn in opened if isinstance(conn, _Connection))
+        failed = [exc for exc in opened if isinstance(exc, BaseException)]
+        if failed:
+            raise failed[0]
+
     def _kept(self, origin: Origin) -> _Connection | None:
         idle = self._idle.get(origin)
         while idle:
