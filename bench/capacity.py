@@ -60,6 +60,7 @@ def main() -> int:
     parser.add_argument("--server-cpu", type=int, default=1)
     parser.add_argument("--guidellm", default="/tmp/benchvenv/bin/guidellm", help="'' to skip")
     parser.add_argument("--tokenizer", default="/tmp/bench-tokenizer")
+    parser.add_argument("--guidellm-levels", default="", help="C values for guidellm (default: --levels)")
     args = parser.parse_args()
     print(machine_note())
     os.sched_setaffinity(0, {args.client_cpu})
@@ -85,7 +86,8 @@ def main() -> int:
         for client, (c, rate) in best.items():
             print(f"capacity {client}: {rate:.0f} tok/s at C={c}")
         if args.guidellm and Path(args.guidellm).exists():
-            for c in sorted({best.get("sweeper", (levels[0], 0))[0], levels[-1]}):
+            guide_levels = [int(x) for x in args.guidellm_levels.split(",")] if args.guidellm_levels else levels
+            for c in guide_levels:
                 server_lateness(url)
                 g = run_guidellm(args.guidellm, url, c, args.rounds * c, args.output_len, args.client_cpu,
                                  args.tokenizer)
