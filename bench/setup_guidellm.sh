@@ -7,6 +7,7 @@ VENV=${BENCHVENV:-/tmp/benchvenv}
 TOKENIZER=${BENCH_TOKENIZER:-/tmp/bench-tokenizer}
 python3 -m venv "$VENV"
 "$VENV/bin/pip" install -q torch==2.13.0
-"$VENV/bin/pip" install -q guidellm httpx tokenizers numpy aiohttp
+"$VENV/bin/pip" install -q guidellm httpx tokenizers numpy aiohttp uvloop
+"$VENV/bin/pip" install -q -e "$(dirname "$0")/.."  # sweeper itself (parity.py starts its simulator)
 HF_HUB_OFFLINE=1 "$VENV/bin/python" "$(dirname "$0")/make_tokenizer.py" "$TOKENIZER"
 echo "guidellm: $VENV/bin/guidellm  tokenizer: $TOKENIZER"

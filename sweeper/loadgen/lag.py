@@ -1,10 +1,12 @@
 """Event-loop lag: how late the client's own loop runs, measured while it drives a level.
 
-Every timestamp the client takes (a chunk's arrival, a request's send) is taken by a callback of
-one event loop. When that loop is busy (too many streams for one core, a slow JSON decode), the
-callback runs late and the client, not the server, adds latency. A ticker task sleeps
-TICK_S at a time and records how much later than asked it woke up (its oversleep): that is the
-delay any other callback waiting at the same moment saw.
+A chunk's arrival is the kernel's receive stamp (sockio.py), so a busy loop does not move it; but
+every request is sent by a callback of one event loop, and when that loop is busy (too many
+streams for one core, a slow JSON decode) the next request of a closed loop goes out late: the
+server idles, fewer requests are in flight than asked, and the client, not the server, sets the
+pace. (Over https, chunks are stamped by the loop too.) A ticker task sleeps TICK_S at a time and
+records how much later than asked it woke up (its oversleep): that is the delay any other
+callback waiting at the same moment saw.
 """
 
 from __future__ import annotations
