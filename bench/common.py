@@ -104,7 +104,7 @@ def run_ours(url: str, concurrency: int, n_requests: int, output_len: int, clien
     """One level (after a warmup round) with one of CLIENTS: our client as shipped (http1.py,
     kept-alive connections) on asyncio's loop, with a new connection per request (-close), on
     uvloop's loop (-uvloop, what `sweeper` uses when uvloop is installed); the aiohttp client sweeper
-    shipped before (bench/aiohttp_client.py); or the httpx variant. The reference server's record is
+    shipped before (bench/other_clients.py); or the httpx variant. The reference server's record is
     reset after the warmup, so its truth covers the level only. Adds the client's CPU time per
     streamed token (this process runs only the client: the server is a subprocess)."""
     if client not in CLIENTS:
@@ -112,9 +112,9 @@ def run_ours(url: str, concurrency: int, n_requests: int, output_len: int, clien
     prompts = build_prompt_token_ids(n_requests, input_len, seed=concurrency)
     warm = build_prompt_token_ids(concurrency, input_len, seed=10_000 + concurrency)
     if client == "httpx":
-        from httpx_client import run_closed_loop_httpx as runner  # bench/ is on sys.path
+        from other_clients import run_closed_loop_httpx as runner  # bench/ is on sys.path
     elif client.startswith("aiohttp"):
-        from aiohttp_client import run_closed_loop_aiohttp as runner
+        from other_clients import run_closed_loop_aiohttp as runner
     else:
         async def runner(u, model, p, out, c):
             async with new_session(keep_alive=client != "sweeper-close") as session:

@@ -71,7 +71,8 @@ class Timing:
 
 
 def _arrival(ancillary: list, now_mono: float, now_real: float) -> float:
-    """The kernel's receive stamp (CLOCK_REALTIME) in the loop's clock (monotonic)."""
+    """The kernel's receive stamp (CLOCK_REALTIME) in the loop's clock (monotonic). Written again
+    rather than imported from sweeper's sockio.py: the truth shares no code with the client."""
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
             sec, nsec = struct.unpack_from("qq", data)

@@ -9,9 +9,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import aiohttp
-
 from sweeper.loadgen.client import LevelRun, StreamOptions, run_closed_loop, run_measured, run_open_loop
+from sweeper.loadgen.http1 import BufferSink, Pool
 from sweeper.loadgen.metrics import combine_repeats, summarize_level
 from sweeper.loadgen.workload import arrival_offsets_s, build_prompt_texts, build_prompt_token_ids
 
@@ -54,11 +53,12 @@ class LoadPlan:
 def discover_model(base_url: str, timeout_s: float = 10.0) -> str:
     """The first model id the server lists at /v1/models."""
     async def fetch() -> dict:
-        async with aiohttp.ClientSession() as session:
-            async with session.get(base_url.rstrip("/") + "/v1/models",
-                                   timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
-                response.raise_for_status()
-                return json.loads(await response.text())
+        reply = BufferSink()
+        async with Pool() as pool:
+            await pool.request("GET", base_url.rstrip("/") + "/v1/models", b"", reply, timeout_s=timeout_s)
+        if reply.status != 200:
+            raise ValueError(f"HTTP {reply.status}")
+        return json.loads(reply.text())
 
     try:
         return str(asyncio.run(fetch())["data"][0]["id"])

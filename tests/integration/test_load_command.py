@@ -54,3 +54,18 @@ def test_load_chat_api(serve):  # noqa: F811
 def test_load_rejects_bad_levels(serve):  # noqa: F811
     result = CliRunner().invoke(app, ["load", "http://127.0.0.1:1", "--concurrency", "a,b", "--model", "m"])
     assert result.exit_code == 2
+
+
+def test_load_names_the_model_from_v1_models_when_none_is_given(serve):  # noqa: F811
+    server = serve()
+    result = CliRunner().invoke(app, ["load", server.base_url, "--concurrency", "1", "--output-len", "3",
+                                      "--input-len", "4"])
+    assert result.exit_code == 0, result.output
+    assert server.state.payloads[0]["model"] == MODEL
+
+
+def test_load_without_a_model_and_no_v1_models_says_pass_model():
+    result = CliRunner().invoke(app, ["load", "http://127.0.0.1:1", "--concurrency", "1"])
+    assert result.exit_code != 0
+    assert "cannot read a model name from http://127.0.0.1:1/v1/models" in result.output
+    assert "pass --model" in result.output

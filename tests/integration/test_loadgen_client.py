@@ -84,12 +84,16 @@ class FakeCompletionServer:
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._completions)
         app.router.add_post("/generate", self._generate)
+        app.router.add_get("/v1/models", self._models)
         self.runner = web.AppRunner(app)
         await self.runner.setup()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.bind(("127.0.0.1", 0))
         await web.SockSite(self.runner, sock).start()
         self.base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
