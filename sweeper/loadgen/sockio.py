@@ -4,8 +4,8 @@ Reads are recvmsg'd with SO_TIMESTAMPNS: the time the bytes reached this machine
 the time the event loop got round to them. So the client's own wake-up (0.1-0.2 ms when it was
 idle, on a VM), a busy loop, or C streams turning readable at once (a server emits a token to every
 stream of its batch together) stay out of TTFT and ITL. What a client cannot keep up with still
-shows, as loop lag (lag.py) and as requests sent late. Linux; where the option is refused, a
-read is stamped when it is read.
+shows, as loop lag (lag.py) and as requests sent late. Linux; elsewhere a read is stamped when
+it is read.
 """
 
 from __future__ import annotations
@@ -14,10 +14,12 @@ import asyncio
 import ipaddress
 import socket
 import struct
+import sys
 import time
 from typing import Callable
 
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux's number; Python names it from 3.12
+# Linux's number (Python names it from 3.12); elsewhere 35 is some other option: not set there.
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else None)
 READ_BYTES = 256 * 1024
 _ANCILLARY = socket.CMSG_SPACE(16)  # one struct timespec
 
@@ -121,10 +123,8 @@ async def open_stamped(host: str, port: int, on_data: DataCallback, on_lost: Los
         try:
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            try:
+            if SO_TIMESTAMPNS is not None:
                 sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-            except OSError:
-                pass  # not Linux: reads are stamped when read
             await loop.sock_connect(sock, address)
         except OSError as exc:
             sock.close()
