@@ -17,7 +17,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-import requests
 
 from sweeper.config import HostSpec, Launch, OutputCheck, Space, Workload
 from sweeper.correctness import GateError, GateTimeout, OutputSample, collect_samples, judge, write_check_file
@@ -27,7 +26,8 @@ from sweeper.errors import InfraError
 from sweeper.hosts.base import Host, ServerProcess, StopReport
 from sweeper.hosts.gate import check_gpus_before_launch, wait_gpus_released
 from sweeper.hosts.gpu import GpuSnapshot
-from sweeper.loadgen.client import STALLED, LevelRun, LoadgenError, StreamOptions, complete, fit_to_dialect, is_stalled
+from sweeper.loadgen.client import (STALLED, LevelRun, LoadgenError, StreamOptions, complete, fit_to_dialect,
+                                    get_status, is_stalled)
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.loadgen.metrics import combine_repeats, summarize_level
 from sweeper.loadgen.onhost import LoadPlace, controller_runner, load_place
@@ -172,7 +172,7 @@ def wait_ready(host: Host, proc: ServerProcess, info: EngineInfo, port: int, mod
             signature = classify_log(watch.text, info.signatures)
             kind = signature.kind if signature else "crash"
             return Crashed(kind, "server exited during start-up", watch.tail())
-        health = _get_status(base_url + info.readiness.health_path)
+        health = get_status(base_url + info.readiness.health_path)
         if health is not None and not host.listens_on(proc, port):
             # Something else holds the port: never measure a server that is not ours.
             return Crashed("port_busy", f"port {port} is answered by a process that is not this server",
@@ -190,14 +190,6 @@ def wait_ready(host: Host, proc: ServerProcess, info: EngineInfo, port: int, mod
         if now >= deadline:
             return TimedOut("timeout", f"not ready after {launch_cfg.ready_timeout_s:.0f}s", watch.tail())
         time.sleep(launch_cfg.poll_interval_s)
-
-
-def _get_status(url: str) -> int | None:
-    """HTTP status of a GET, or None when nothing listens."""
-    try:
-        return requests.get(url, timeout=5).status_code
-    except requests.RequestException:
-        return None
 
 
 def check_output(base_url: str, model: str, check: OutputCheck, reference: Sequence[OutputSample] | None,

@@ -610,6 +610,21 @@ def complete(
     )
 
 
+def get_status(url: str, timeout_s: float = 5.0) -> int | None:
+    """HTTP status of a GET, or None when nothing answers (readiness polls a port that may not
+    listen yet: http1's sockets refuse a connection to themselves, which `requests` does not)."""
+    async def fetch() -> int:
+        reply = BufferSink(limit=1024 * 1024)
+        async with Pool() as pool:
+            await pool.request("GET", url, b"", reply, timeout_s=timeout_s)
+        return reply.status
+
+    try:
+        return asyncio.run(fetch())
+    except (HttpError, ValueError):
+        return None
+
+
 def new_session(keep_alive: bool = True) -> Pool:
     """A connection pool for run_closed_loop/run_open_loop/complete_once to share (never capped);
     keep_alive=False opens a new connection per request."""

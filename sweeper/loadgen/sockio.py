@@ -108,6 +108,20 @@ class StampedSocket:
             self._on_lost(exc)
 
 
+def refuse_self_connection(sock: socket.socket) -> None:
+    """Raise ConnectionRefusedError (the socket reset and closed) if it connected to itself.
+
+    Polling a port in the ephemeral range that nothing listens on yet (a server still loading)
+    can make the kernel pick that very port as the source: the socket connects to itself (TCP
+    simultaneous open), and after a normal close its TIME_WAIT holds the port for a minute, so the
+    server's own bind fails. A reset (SO_LINGER 0) leaves no TIME_WAIT."""
+    local = sock.getsockname()
+    if local == sock.getpeername():
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+        raise ConnectionRefusedError(f"nothing listens on {local[0]}:{local[1]}: the socket connected to itself")
+
+
 async def open_stamped(host: str, port: int, on_data: DataCallback, on_lost: LostCallback) -> StampedSocket:
     """Connect (the first address that answers) and start reading. Raises OSError."""
     loop = asyncio.get_running_loop()
@@ -126,6 +140,7 @@ async def open_stamped(host: str, port: int, on_data: DataCallback, on_lost: Los
             if SO_TIMESTAMPNS is not None:
                 sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
             await loop.sock_connect(sock, address)
+            refuse_self_connection(sock)
         except OSError as exc:
             sock.close()
             error = exc

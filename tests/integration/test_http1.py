@@ -205,3 +205,34 @@ def test_buffer_sink_refuses_a_body_over_its_limit(raw):
 
     with pytest.raises(ProtocolError, match="over 1000 bytes"):
         asyncio.run(fetch())
+
+
+def test_a_socket_that_connected_to_itself_is_refused_and_leaves_its_port_free():
+    """Polling a port of the ephemeral range that nothing listens on can connect the poll's
+    socket to itself; closed normally, its TIME_WAIT would hold the port the server is about to
+    bind (a readiness poll made a test server fail with 'address already in use')."""
+    from sweeper.loadgen.sockio import refuse_self_connection
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", port))
+    sock.connect(("127.0.0.1", port))  # TCP simultaneous open with itself
+    assert sock.getsockname() == sock.getpeername()
+    with pytest.raises(ConnectionRefusedError, match=f"nothing listens on 127.0.0.1:{port}"):
+        refuse_self_connection(sock)
+    with socket.socket() as server:  # no SO_REUSEADDR: any TIME_WAIT on the port would refuse this
+        server.bind(("127.0.0.1", port))
+        server.listen()
+
+
+def test_get_status_is_none_when_nothing_listens_and_the_status_when_something_does(raw):
+    from sweeper.loadgen.client import get_status
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    assert get_status(f"http://127.0.0.1:{closed}/health") is None
+    server = raw(lambda conn, request: conn.sendall(b"HTTP/1.1 503 Loading\r\nContent-Length: 0\r\n\r\n"))
+    assert get_status(server.url + "/health") == 503
