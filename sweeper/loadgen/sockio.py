@@ -137,6 +137,9 @@ async def open_stamped(host: str, port: int, on_data: DataCallback, on_lost: Los
         try:
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # Our closes leave TIME_WAITs on ephemeral ports; marked reusable, none of them can
+            # keep a server from binding that port for a minute afterwards.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if SO_TIMESTAMPNS is not None:
                 sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
             await loop.sock_connect(sock, address)

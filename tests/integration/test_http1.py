@@ -28,6 +28,7 @@ class RawServer:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
         self.connections = 0
+        self.peers: list[tuple[str, int]] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -37,6 +38,7 @@ class RawServer:
             except OSError:
                 return
             self.connections += 1
+            self.peers.append(conn.getpeername())
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
@@ -236,3 +238,25 @@ def test_get_status_is_none_when_nothing_listens_and_the_status_when_something_d
     assert get_status(f"http://127.0.0.1:{closed}/health") is None
     server = raw(lambda conn, request: conn.sendall(b"HTTP/1.1 503 Loading\r\nContent-Length: 0\r\n\r\n"))
     assert get_status(server.url + "/health") == 503
+
+
+def test_the_clients_closed_connections_never_keep_a_server_off_their_ports(raw):
+    """The client closes first, so each of its ephemeral ports sits in TIME_WAIT for a minute;
+    a server (which binds with SO_REUSEADDR, as uvicorn, aiohttp and llama-server do) must still be
+    able to bind that port: a test server in the ephemeral range once met exactly that."""
+    def reply(conn, request):
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+
+    server = raw(reply)
+
+    async def one_request():
+        async with Pool() as pool:
+            await pool.request("POST", server.url + "/x", b"{}", BufferSink(), timeout_s=5)
+
+    asyncio.run(one_request())  # the pool closes its connection: our side closes first
+    [(_, port)] = server.peers
+    time.sleep(0.1)
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
