@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from sweeper.loadgen.sockio import StampedSocket, open_stamped
@@ -356,11 +356,11 @@ class Pool:
     concurrency), kept alive between exchanges unless keep_alive is False.
     `async with Pool() as pool:` closes every connection at the end."""
 
-    def __init__(self, keep_alive: bool = True) -> None:
+    def __init__(self, keep_alive: bool = True, ssl_context: Any = None) -> None:
         self.keep_alive = keep_alive
         self._idle: dict[Origin, list[_Connection]] = {}
         self._open: set[_Connection] = set()
-        self._ssl = None
+        self._ssl = ssl_context  # for https; None: the system's trust store, made when first needed
 
     async def __aenter__(self) -> Pool:
         return self

@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -23,8 +24,8 @@ Handler = Callable[[socket.socket, bytes], None]  # the connection and the reque
 class RawServer:
     """Accepts on 127.0.0.1 and runs handler(conn, request) per request, one thread per connection."""
 
-    def __init__(self, handler: Handler) -> None:
-        self.handler = handler
+    def __init__(self, handler: Handler, wrap: Any = None) -> None:
+        self.handler, self.wrap = handler, wrap  # wrap: an ssl.SSLContext for a TLS server
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
         self.connections = 0
@@ -39,6 +40,12 @@ class RawServer:
                 return
             self.connections += 1
             self.peers.append(conn.getpeername())
+            if self.wrap is not None:
+                try:
+                    conn = self.wrap.wrap_socket(conn, server_side=True)
+                except OSError:  # a client that refused our certificate
+                    conn.close()
+                    continue
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
@@ -260,3 +267,53 @@ def test_the_clients_closed_connections_never_keep_a_server_off_their_ports(raw)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", port))
         listener.listen()
+
+
+def test_https_through_a_real_tls_server(tmp_path):
+    """A TLS server with a certificate made here (cryptography, which paramiko brings); the pool
+    trusts it through ssl_context. Streams are parsed exactly as over plain TCP."""
+    import datetime
+    import ssl
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+            .sign(key, hashes.SHA256()))
+    (tmp_path / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                         serialization.PrivateFormat.PKCS8,
+                                                         serialization.NoEncryption()))
+    server_side = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_side.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+
+    def stream(conn, request):
+        conn.sendall(HEAD + chunked(sse_body(4)))
+
+    server = RawServer(stream, wrap=server_side)
+    url = server.url.replace("http://127.0.0.1", "https://localhost")
+    try:
+        async def run_tls():
+            async with Pool(ssl_context=ssl.create_default_context(cafile=str(tmp_path / "cert.pem"))) as pool:
+                return await run_closed_loop(url, "m", build_prompt_token_ids(3, 4, seed=5), 4, 1, session=pool)
+
+        samples = asyncio.run(run_tls()).samples
+        assert all(s.ok and s.output_tokens == s.streamed_tokens == 4 for s in samples), [s.error for s in samples]
+        assert server.connections == 1  # kept alive over TLS too
+
+        async def untrusted():  # the system's trust store does not know this certificate
+            async with Pool() as pool:
+                return await run_closed_loop(url, "m", build_prompt_token_ids(1, 4, seed=6), 4, 1, session=pool)
+
+        [sample] = asyncio.run(untrusted()).samples
+        assert not sample.ok and "CERTIFICATE_VERIFY_FAILED" in sample.error, sample.error
+    finally:
+        server.close()
