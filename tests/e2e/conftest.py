@@ -16,6 +16,10 @@ from sweeper.hosts.procfs import environ_has, live_group_members, read_environ
 from tests.conftest import DEMO_SPACE, ROOT
 
 # A small, fast version of the demo space: same engine, same failure modes, fewer levels.
+# output_len 32: a request lasts ~65 ms at this time scale, so the client's own turnaround between
+# requests (~0.5 ms: its wake-up, measured from the kernel's receive stamp) stays well inside the 5%
+# that achieved concurrency may miss, also on a busy 2-core runner with sshd and the on-host client.
+# (Tests quote this YAML's line numbers: keep comments out of it.)
 TINY_SPACE = """\
 name: tiny
 engine: sim
@@ -39,9 +43,6 @@ seeds:
   - name: rule
     params: {tp_size: 4, ep_size: 8, moe_runner_backend: marlin, moe_a2a_backend: none, nccl_proto: LL}
 reference: baseline
-# output_len 32: a request lasts ~65 ms at this time scale, so the client's own turnaround between
-# requests (~0.5 ms: its wake-up, measured from the kernel's receive stamp) stays well inside the 5%
-# that achieved concurrency may miss, also on a busy 2-core runner with sshd and the on-host client.
 workload: {input_len: 64, output_len: 32, concurrency: [1, 4], min_rounds: 2, warmup_rounds: 1}
 budget: {trials: 5}
 launch: {ready_timeout_s: 60, stall_timeout_s: 5, stop_grace_s: 5}
