@@ -425,7 +425,7 @@ async def _send_streaming(
     reconnects = 0
     try:
         stream, error = await _attempt(pool, url, body, opts, fresh=False)
-    except _Stale:  # once more, on a connection of its own: the pool may hold more the server closed
+    except StaleConnection:  # once more, on a connection of its own: the pool may hold more the server closed
         reconnects = 1
         stream, error = await _attempt(pool, url, body, opts, fresh=True)
     tally = stream.tally
@@ -447,10 +447,6 @@ async def _send_streaming(
         tokens_estimated=tally.tokens_estimated,
         reconnects=reconnects,
     )
-
-
-class _Stale(Exception):
-    """The first attempt met a kept connection the server had closed (http1.StaleConnection)."""
 
 
 class _StreamSink:
@@ -506,16 +502,14 @@ class _StreamSink:
 
 
 async def _attempt(pool: Pool, url: str, body: bytes, opts: StreamOptions, fresh: bool) -> tuple[_StreamSink, str]:
-    """Send once: the stream as read and an error text ("" on success). Raises _Stale only for a
-    first attempt that met a kept connection the server had closed."""
+    """Send once: the stream as read and an error text ("" on success). Raises StaleConnection
+    when it met a kept connection the server had closed."""
     stream = _StreamSink(_StreamTally(coalesced=opts.coalesced_stream))
     try:
         await pool.request("POST", url, body, stream, headers=JSON_HEADERS, timeout_s=opts.timeout_s,
                            stall_s=opts.stall_timeout_s, fresh=fresh)
     except StaleConnection:
-        if fresh:
-            return stream, "ServerDisconnected: server closed a fresh connection before answering"
-        raise _Stale from None
+        raise  # the caller sends it once more on a fresh connection, which is never stale
     except Stalled:
         return stream, f"{STALLED} no data for {opts.stall_timeout_s:g} s"
     except RequestTimeout:
@@ -610,17 +604,22 @@ def complete(
     )
 
 
+def get(url: str, timeout_s: float = 5.0) -> tuple[int, str]:
+    """Status and text of a GET; raises HttpError (ValueError for a URL that is not http(s))."""
+    async def fetch() -> tuple[int, str]:
+        reply = BufferSink(limit=16 * 1024 * 1024)
+        async with Pool() as pool:
+            await pool.request("GET", url, b"", reply, timeout_s=timeout_s)
+        return reply.status, reply.text()
+
+    return asyncio.run(fetch())
+
+
 def get_status(url: str, timeout_s: float = 5.0) -> int | None:
     """HTTP status of a GET, or None when nothing answers (readiness polls a port that may not
     listen yet: http1's sockets refuse a connection to themselves, which `requests` does not)."""
-    async def fetch() -> int:
-        reply = BufferSink(limit=1024 * 1024)
-        async with Pool() as pool:
-            await pool.request("GET", url, b"", reply, timeout_s=timeout_s)
-        return reply.status
-
     try:
-        return asyncio.run(fetch())
+        return get(url, timeout_s)[0]
     except (HttpError, ValueError):
         return None
 

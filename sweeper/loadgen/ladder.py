@@ -4,13 +4,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from sweeper.loadgen.client import LevelRun, StreamOptions, run_closed_loop, run_measured, run_open_loop
-from sweeper.loadgen.http1 import BufferSink, Pool
+from sweeper.loadgen.client import LevelRun, StreamOptions, get, run_closed_loop, run_measured, run_open_loop
 from sweeper.loadgen.metrics import combine_repeats, summarize_level
 from sweeper.loadgen.workload import arrival_offsets_s, build_prompt_texts, build_prompt_token_ids
 
@@ -52,16 +50,11 @@ class LoadPlan:
 
 def discover_model(base_url: str, timeout_s: float = 10.0) -> str:
     """The first model id the server lists at /v1/models."""
-    async def fetch() -> dict:
-        reply = BufferSink()
-        async with Pool() as pool:
-            await pool.request("GET", base_url.rstrip("/") + "/v1/models", b"", reply, timeout_s=timeout_s)
-        if reply.status != 200:
-            raise ValueError(f"HTTP {reply.status}")
-        return json.loads(reply.text())
-
     try:
-        return str(asyncio.run(fetch())["data"][0]["id"])
+        status, text = get(base_url.rstrip("/") + "/v1/models", timeout_s)
+        if status != 200:
+            raise ValueError(f"HTTP {status}")
+        return str(json.loads(text)["data"][0]["id"])
     except Exception as exc:
         raise ValueError(f"cannot read a model name from {base_url}/v1/models ({type(exc).__name__}: "
                          f"{exc}); pass --model") from exc
