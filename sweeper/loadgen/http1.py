@@ -493,13 +493,12 @@ class BufferSink:
     def __init__(self, limit: int = 64 * 1024 * 1024) -> None:
         self.status = 0
         self.headers: dict[str, str] = {}
-        self.sent_at = 0.0
         self._parts: list[bytes] = []
         self._size = 0
         self._limit = limit
 
     def sent(self, at: float) -> None:
-        self.sent_at = at
+        pass  # a whole response is not timed
 
     def head(self, status: int, headers: dict[str, str]) -> None:
         self.status, self.headers = status, headers
