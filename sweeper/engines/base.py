@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
-from sweeper.config import HostSpec, Space
+from sweeper.spec.hosts import HostSpec
+from sweeper.spec.space import Space
 from sweeper.loadgen.endpoints import RequestDialect
 
 

@@ -12,7 +12,8 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from sweeper.config import HostSpec, Space
+from sweeper.spec.hosts import HostSpec
+from sweeper.spec.space import Space
 from sweeper.engines.base import EngineInfo, LaunchSpec, Readiness, Signature, space_flag_args
 from sweeper.engines.sglang import build_env
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from sweeper.config import HostSpec, Space
+from sweeper.spec.hosts import HostSpec
+from sweeper.spec.space import Space
 from sweeper.engines.base import (
     EngineInfo, LaunchSpec, Readiness, Signature, env_value, package_version_argv, space_flag_args,
 )

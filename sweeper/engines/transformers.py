@@ -16,7 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from sweeper.config import HostSpec, Space
+from sweeper.spec.hosts import HostSpec
+from sweeper.spec.space import Space
 from sweeper.engines.base import EngineInfo, LaunchSpec, Readiness, Signature, package_version_argv, space_flag_args
 from sweeper.engines.sglang import build_env
 from sweeper.loadgen.endpoints import RequestDialect

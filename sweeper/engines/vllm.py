@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from sweeper.config import HostSpec, Space
+from sweeper.spec.hosts import HostSpec
+from sweeper.spec.space import Space
 from sweeper.engines.base import EngineInfo, LaunchSpec, Readiness, Signature, package_version_argv, space_flag_args
 from sweeper.engines.sglang import build_env
 

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import optuna
 
-from sweeper.config import parse_space
+from sweeper.spec.space import parse_space
 from sweeper.engines import get_engine
 from sweeper.errors import UserError
 from sweeper.hosts import Host, ServerProcess, open_host
@@ -20,13 +20,10 @@ from sweeper.profile.run import ProfileContext, ProfileRequest, profile_config, 
 from sweeper.profile.trace import (
     TraceError, group_shares, is_trace_file, load_trace, summarize_traces,
 )
-from sweeper.reference import reference_samples
-from sweeper.results.leaderboard import best_trial
-from sweeper.space import with_derived
-from sweeper.study import (
-    controller_alive, controller_identity, host_spec_for_resume, installed_flags, study_dir,
-    study_servers,
-)
+from sweeper.trial.reference import reference_samples
+from sweeper.search.trials import best_trial
+from sweeper.search.configs import with_derived
+from sweeper.search.study import controller_alive, controller_identity, host_spec_for_resume, installed_flags, study_dir, study_servers
 
 PROFILE_SERVER_ATTR = "profile_server"  # the server a running `sweeper profile` started
 PROFILE_ATTR_PREFIX = "profile:"  # + trial number: the latest profile's summary, kept in the study

@@ -10,7 +10,7 @@ from typing import Iterator
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeper.results.leaderboard import is_feasible
+from sweeper.search.trials import is_feasible
 
 MIN_TRIALS = 4
 

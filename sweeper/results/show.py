@@ -11,9 +11,9 @@ from rich.table import Table
 from rich.text import Text
 
 from sweeper.results.gap import build_study_gap, format_gap_lines
-from sweeper.results.leaderboard import (
-    best_trial, format_values, infeasible_reason, is_evaluation, is_pareto_study, pareto_trials,
-)
+from sweeper.search.trials import best_trial, is_evaluation
+from sweeper.results.leaderboard import format_values
+from sweeper.search.trials import infeasible_reason, is_pareto_study, pareto_trials
 
 
 def format_show(study: optuna.Study) -> Group:

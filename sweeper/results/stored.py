@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import optuna
 
-from sweeper.config import Space, parse_space
+from sweeper.spec.space import Space, parse_space
 from sweeper.errors import ConfigError
 
 

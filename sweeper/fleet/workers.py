@@ -6,7 +6,7 @@ What keeps workers from stepping on each other:
   claimed RUNNING trial has the same config and that finished + claimed-running evaluations are
   below the budget, and marks its trial `claimed`; so no config is measured twice and no worker
   starts a trial past the budget;
-- host leases (sweeper/leases.py): one server per host slot, whoever the controller;
+- host leases (sweeper/fleet/leases.py): one server per host slot, whoever the controller;
 - Optuna heartbeats: a worker that dies leaves a RUNNING trial whose heartbeat stops; any other
   worker fails it after the grace period and queues its config again (retry_stale_trial), and the
   next lease holder stops the dead worker's server (ownership-checked, as `resume` does).
@@ -27,15 +27,16 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeper.config import HostSpec, Space
+from sweeper.spec.hosts import HostSpec
+from sweeper.spec.space import Space
 from sweeper.errors import InfraError, UserError
-from sweeper.expr import parse_expr
+from sweeper.spec.expr import parse_expr
 from sweeper.hosts import Host, ServerProcess
-from sweeper.leases import LeaseBook, LeaseKeeper, slot_name
-from sweeper.results.leaderboard import is_evaluation
-from sweeper.samplers import build_sampler
-from sweeper.space import excluded_by_rule, violated_constraints
-from sweeper.study import StudyHandle, SweepEvents, enqueue_retry, make_objective
+from sweeper.fleet.leases import LeaseBook, LeaseKeeper, slot_name
+from sweeper.search.trials import is_evaluation
+from sweeper.search.samplers import build_sampler
+from sweeper.search.configs import excluded_by_rule, violated_constraints
+from sweeper.search.study import StudyHandle, SweepEvents, enqueue_retry, make_objective
 
 STORAGE_VAR = "SWEEPER_STORAGE"
 SLOT_PORT_STRIDE = 500  # servers of two GPU sets of one host never probe the same ports

@@ -16,24 +16,25 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 import sweeper
-from sweeper.config import HostSpec, Space, load_hosts, space_fingerprint
+from sweeper.spec.hosts import HostSpec, load_hosts
+from sweeper.spec.space import Space, space_fingerprint
 from sweeper.engines import get_engine
 from sweeper.engines.flags import flag_problems, parse_help_flags
 from sweeper.engines.versions import deprecation_warnings
 from sweeper.errors import InfraError, UserError
 from sweeper.hosts import Host, ServerProcess
-from sweeper.correctness import OutputSample
+from sweeper.trial.gate import OutputSample
 from sweeper.hosts.procfs import read_stat
-from sweeper.pareto import dominated_verdict
-from sweeper.reference import reference_samples, settle_reference as settle, use_reference_file
-from sweeper.record import ABANDONED, constraint_values, judge_level, objective_values, outcome_attrs
-from sweeper.results.leaderboard import best_trial, feasible_trials, is_evaluation, is_feasible
-from sweeper.leases import schema_lock
+from sweeper.search.pareto import dominated_verdict
+from sweeper.trial.reference import reference_samples, settle_reference as settle, use_reference_file
+from sweeper.search.record import ABANDONED, constraint_values, judge_level, objective_values, outcome_attrs
+from sweeper.search.trials import best_trial, feasible_trials, is_evaluation, is_feasible
+from sweeper.fleet.leases import schema_lock
 from sweeper.results.provenance import engine_provenance
 from sweeper.redact import MASK, redact_env, redact_url
-from sweeper.samplers import build_sampler
-from sweeper.space import config_key, suggest_config
-from sweeper.trial import TrialContext, run_trial
+from sweeper.search.samplers import build_sampler
+from sweeper.search.configs import config_key, suggest_config
+from sweeper.trial.pipeline import TrialContext, run_trial
 
 MAX_RETRIES = 2
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -55,7 +56,7 @@ def storage_url(results_dir: Path, study_name: str, storage: str | None) -> str:
 def open_storage(url: str, heartbeat_s: float = 30, grace_s: float = 600,
                  stale_callback: Callable | None = None) -> optuna.storages.RDBStorage:
     """The study's RDB storage with heartbeats; `stale_callback` runs for each trial whose worker
-    stopped beating (sweeper/workers.py retries it)."""
+    stopped beating (sweeper/fleet/workers.py retries it)."""
     engine_kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         engine_kwargs = {"connect_args": {"timeout": 30}}
@@ -224,13 +225,13 @@ def passed_gate(outcome) -> bool:
 
 
 def settle_reference(handle: StudyHandle, trial: optuna.Trial, samples: list[dict] | None) -> None:
-    """sweeper/reference.py: the named seed's outputs, or two agreeing configs', become the reference."""
+    """sweeper/trial/reference.py: the named seed's outputs, or two agreeing configs', become the reference."""
     settle(handle.study, handle.space, handle.dir, trial,
            [OutputSample.from_dict(s) for s in samples] if samples else None)
 
 
 class TrialGate(Protocol):
-    """What a shared study (sweeper/workers.py) adds around a trial: a claim instead of the plain
+    """What a shared study (sweeper/fleet/workers.py) adds around a trial: a claim instead of the plain
     dedupe, and host leases while the server runs."""
 
     def admit(self, trial: optuna.Trial, config: dict, key: str) -> FrozenTrial | None: ...

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Hashable, Sequence, TypeVar
 
-from sweeper.config import Space
-from sweeper.record import ABANDONED
-from sweeper.trial import Failure
+from sweeper.spec.space import Space
+from sweeper.search.record import ABANDONED
+from sweeper.trial.pipeline import Failure
 
 K = TypeVar("K", bound=Hashable)
 

@@ -10,8 +10,8 @@ from typing import Any, Iterator
 
 import optuna
 
-from sweeper.config import BoolParam, CategoricalParam, FloatParam, IntParam, Space
-from sweeper.expr import ExprError, Missing, parse_expr
+from sweeper.spec.space import BoolParam, CategoricalParam, FloatParam, IntParam, Space
+from sweeper.spec.expr import ExprError, Missing, parse_expr
 
 Config = dict[str, Any]
 

@@ -15,19 +15,17 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from sweeper.config import Space, load_host, load_space
+from sweeper.spec.space import Space, load_space
+from sweeper.spec.hosts import load_host
 from sweeper.errors import UserError
 from sweeper.hosts import Host, open_host
 from sweeper.models.cli import models_app
-from sweeper.samplers import SAMPLERS
-from sweeper.results.leaderboard import best_trial
+from sweeper.search.samplers import SAMPLERS
+from sweeper.search.trials import best_trial
 from sweeper.results.show import format_show
 from sweeper.results.table import format_leaderboard_table
-from sweeper.resume import check_space_unchanged
-from sweeper.study import (
-    StudyHandle, controller_alive, create_study, host_spec_for_resume, load_study,
-    recover_interrupted, run_sweep,
-)
+from sweeper.search.resume import check_space_unchanged
+from sweeper.search.study import StudyHandle, controller_alive, create_study, host_spec_for_resume, load_study, recover_interrupted, run_sweep
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Find the fastest safe server configuration by measuring it.")
@@ -184,8 +182,8 @@ def _sweep_many(space_file: Path, space: Space, hosts: Path, host_names: list[st
                 storage: str | None, budget: int, sampler: str | None, seed: int | None, time_budget: str | None,
                 heartbeat: float, grace: float, top: int) -> None:
     """One `sweeper worker` process per host (per GPU set), all on one PostgreSQL study."""
-    from sweeper.config import load_hosts
-    from sweeper.workers import check_shared_storage, run_worker_processes, worker_argv
+    from sweeper.spec.hosts import load_hosts
+    from sweeper.fleet.workers import check_shared_storage, run_worker_processes, worker_argv
 
     check_shared_storage(storage or "")
     known = load_hosts(hosts).hosts
@@ -242,13 +240,10 @@ def worker(
     time_budget: Optional[str] = typer.Option(None, "--time-budget", help="Stop starting trials after this long."),
 ) -> None:
     """Join a study from this machine: run its trials on HOST until the study's budget is spent."""
-    from sweeper.config import parse_space
-    from sweeper.leases import LeaseBook, new_holder_id, slot_name
-    from sweeper.study import open_storage
-    from sweeper.workers import (
-        WorkerOptions, check_shared_storage, retry_stale_trial, run_worker, run_worker_processes,
-        recover_shared, worker_argv,
-    )
+    from sweeper.spec.space import parse_space
+    from sweeper.fleet.leases import LeaseBook, new_holder_id, slot_name
+    from sweeper.search.study import open_storage
+    from sweeper.fleet.workers import WorkerOptions, check_shared_storage, retry_stale_trial, run_worker, run_worker_processes, recover_shared, worker_argv
 
     with user_errors():
         check_shared_storage(storage)
@@ -400,8 +395,9 @@ def best(
 ) -> None:
     """The best feasible config of a study (as a launch script with --script); in the Pareto mode,
     the front."""
-    from sweeper.results.leaderboard import chosen_trial, is_pareto_study
-    from sweeper.config import HostSpec, parse_space
+    from sweeper.search.trials import chosen_trial, is_pareto_study
+    from sweeper.spec.hosts import HostSpec
+    from sweeper.spec.space import parse_space
     from sweeper.results.script import best_launch_script
 
     with user_errors():
@@ -434,9 +430,9 @@ def ablate(
     results: Path = RESULTS_OPT,
 ) -> None:
     """The baseline, then each single-lever change from it: each lever's delta with a 95% CI."""
-    from sweeper.ablation import Measured, sampled_config, single_lever_changes, summarize_ablation
+    from sweeper.search.ablation import Measured, sampled_config, single_lever_changes, summarize_ablation
     from sweeper.results.ablation_table import format_ablation_table
-    from sweeper.study import enqueue_runs, measured_runs, run_queue
+    from sweeper.search.study import enqueue_runs, measured_runs, run_queue
 
     with user_errors():
         space = load_space(space_file)
@@ -487,11 +483,12 @@ def validate(
 ) -> None:
     """Re-run the top K configs on fresh servers in interleaved order; declare the winner with its CI.
     In the Pareto mode: the front's top K by throughput, both objectives with their CIs."""
-    from sweeper.ablation import Measured, summarize_finalists
-    from sweeper.config import parse_space
-    from sweeper.results.leaderboard import is_pareto_study, leaderboard_frame
+    from sweeper.search.ablation import Measured, summarize_finalists
+    from sweeper.spec.space import parse_space
+    from sweeper.search.trials import is_pareto_study
+    from sweeper.results.leaderboard import leaderboard_frame
     from sweeper.results.ablation_table import format_finalists_table
-    from sweeper.study import enqueue_runs, measured_runs, run_queue
+    from sweeper.search.study import enqueue_runs, measured_runs, run_queue
 
     with user_errors():
         source = load_study(study, results, storage)
@@ -535,9 +532,9 @@ def validate(
 def _report_pareto_finalists(source, validation, original: list[str], repeats: int) -> None:
     """Both objectives of each re-run front member with 95% CIs, and which members the re-measured
     means keep on the front."""
-    from sweeper.ablation import summarize_pareto_finalists
+    from sweeper.search.ablation import summarize_pareto_finalists
     from sweeper.results.ablation_table import format_pareto_finalists_table
-    from sweeper.study import measured_values
+    from sweeper.search.study import measured_values
 
     rows = summarize_pareto_finalists(measured_values(validation))
     source.set_user_attr("validation", {"study": validation.study_name, "rows": rows, "mode": "pareto"})
@@ -750,6 +747,3 @@ def kernels(
             json_out.write_text(json_module.dumps(result.record, indent=2))
             console.print(f"wrote {json_out}")
 
-
-if __name__ == "__main__":
-    sys.exit(main())

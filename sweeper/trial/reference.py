@@ -12,8 +12,8 @@ from typing import Sequence
 import optuna
 from optuna.trial import TrialState
 
-from sweeper.config import Space
-from sweeper.correctness import OutputSample, agree, judge, load_reference_file, write_reference_file
+from sweeper.spec.space import Space
+from sweeper.trial.gate import OutputSample, agree, judge, load_reference_file, write_reference_file
 
 REFERENCE_FILE = "reference.json"
 

@@ -7,8 +7,8 @@ import math
 from dataclasses import asdict
 from typing import Any
 
-from sweeper.config import Space
-from sweeper.trial import Failure, TrialOutcome
+from sweeper.spec.space import Space
+from sweeper.trial.pipeline import Failure, TrialOutcome
 
 # The same constraint keys on every trial (Optuna 5 counts a trial without constraints as
 # feasible). A value > 0 means violated.

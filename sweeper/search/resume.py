@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sweeper.config import Space, load_space, parse_space, space_fingerprint
+from sweeper.spec.space import Space, load_space, parse_space, space_fingerprint
 from sweeper.errors import UserError
 
 

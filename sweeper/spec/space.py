@@ -1,5 +1,5 @@
-"""Typed models for hosts.yaml and search-space files, and loaders whose errors name the file,
-the line and the key path in one line."""
+"""Search-space files: the typed models (parameters, derived values, rules, workload, objectives,
+correctness check) and the loader that cross-checks them."""
 
 from __future__ import annotations
 
@@ -7,77 +7,17 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from sweeper.errors import ConfigError
-from sweeper.expr import Expr, ExprError, parse_expr
-from sweeper.yamlfile import KeyPath, format_path, line_of, load_yaml_with_lines, parse_yaml_with_lines
+from sweeper.spec.expr import Expr, ExprError, parse_expr
+from sweeper.spec.loading import Strict, validate_model
+from sweeper.spec.yamlfile import KeyPath, format_path, line_of, parse_yaml_with_lines
 
 Scalar = Union[bool, int, float, str, None]
 
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-# ---------------------------------------------------------------- hosts.yaml
-
-class HostSpec(Strict):
-    transport: Literal["local", "ssh"]
-    address: str | None = None
-    port: int = Field(22, ge=1, le=65535)
-    user: str | None = None
-    identity_file: str | None = None
-    gpus: int = Field(8, ge=0, le=1024)
-    work_dir: str = "~/.sweeper"
-    python: str | None = Field(None, description="interpreter on the host; default: this one (local)")
-    env: dict[str, str] = {}
-    base_port: int = Field(31000, ge=1024, le=65000, description="first port tried for servers")
-    # ssh transport (sweeper/hosts/ssh.py); `address` may be a ~/.ssh/config alias
-    host_key_policy: Literal["strict", "accept-new"] = Field(
-        "strict", description="accept-new: record an unknown host key in ~/.sweeper/known_hosts")
-    forward: bool = Field(True, description="reach servers through an SSH port forward")
-    connect_timeout_s: float = Field(10.0, gt=0)
-    keepalive_s: float = Field(15.0, ge=0)
-    reconnect_timeout_s: float = Field(60.0, ge=0, description="give up reconnecting after a drop")
-    # GPU gate (sweeper/hosts/gate.py): auto = on when the host has nvidia-smi
-    gpu_gate: Literal["auto", "on", "off"] = "auto"
-    gpu_busy_mib: int = Field(1024, ge=0, description="a foreign process above this blocks a launch")
-    gpu_release_timeout_s: float = Field(120.0, gt=0)
-    # where the load client runs (sweeper/loadgen/onhost.py): auto = on the host when its python is >= 3.9
-    load_from: Literal["auto", "controller", "host"] = "auto"
-    # many hosts (sweeper/workers.py): disjoint GPU sets, each a slot with its own lease and worker,
-    # e.g. ["0,1,2,3", "4,5,6,7"]; a config whose space `gpus` fits in one set runs in it
-    gpu_sets: list[str] = []
-
-    @model_validator(mode="after")
-    def _ssh_needs_address(self) -> "HostSpec":
-        if self.transport == "ssh" and not self.address:
-            raise ValueError("an ssh host needs 'address'")
-        return self
-
-    @field_validator("gpu_sets")
-    @classmethod
-    def _disjoint_sets(cls, sets: list[str]) -> list[str]:
-        seen: set[int] = set()
-        for gpu_set in sets:
-            parts = gpu_set.split(",")
-            if not all(p.strip().isdigit() for p in parts):
-                raise ValueError(f"a GPU set is a comma-separated list of GPU indices like \"0,1,2,3\", got {gpu_set!r}")
-            indices = {int(p) for p in parts}
-            if indices & seen:
-                raise ValueError(f"GPU sets must not overlap ({gpu_set!r})")
-            seen |= indices
-        return [",".join(str(int(p)) for p in s.split(",")) for s in sets]
-
-
-class HostsFile(Strict):
-    hosts: dict[str, HostSpec]
-
-
-# ---------------------------------------------------------------- search spaces
 
 class _Param(Strict):
     flag: str | None = Field(None, pattern=r"^-{1,2}[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -286,7 +226,7 @@ class OutputCheck(Strict):
     # none: only require that a generation succeeds (random-weight models, whose near-tied logits
     # make greedy tokens flip with any numerics-changing lever: threads, batch, KV type)
     mode: Literal["auto", "reference-only", "none"] = "auto"
-    # The correctness gate (sweeper/correctness.py; README "Output-correctness gate")
+    # The correctness gate (sweeper/trial/gate.py; README "Output-correctness gate")
     prompts: list[str] = Field(default_factory=lambda: list(DEFAULT_CHECK_PROMPTS), min_length=1,
                                description="greedy prompt set; setting only `prompt` checks that one")
     k_tokens: int = Field(8, ge=1, description="first K greedy tokens compared with the reference")
@@ -368,18 +308,6 @@ class Space(Strict):
 
 # ---------------------------------------------------------------- loading
 
-def load_hosts(path: Path) -> HostsFile:
-    return _load_model(path, HostsFile)
-
-
-def load_host(path: Path, name: str) -> HostSpec:
-    hosts = load_hosts(path).hosts
-    if name not in hosts:
-        known = ", ".join(sorted(hosts)) or "none"
-        raise ConfigError(str(path), f"hosts.{name}", f"no such host (known: {known})")
-    return hosts[name]
-
-
 def load_space(path: Path) -> Space:
     if not path.is_file():
         raise ConfigError(str(path), "", "file not found")
@@ -390,7 +318,7 @@ def parse_space(text: str, source: str) -> Space:
     data, lines = parse_yaml_with_lines(text, source)
     if not isinstance(data, dict):
         raise ConfigError(source, "", "expected a mapping at the top level")
-    space = _validate(source, data, lines, Space)
+    space = validate_model(source, data, lines, Space)
     for problem_path, message in _cross_check_space(space):
         raise ConfigError(source, format_path(problem_path), message, line_of(lines, problem_path))
     return space
@@ -470,45 +398,3 @@ def _check_objectives(space: Space) -> list[tuple[KeyPath, str]]:
             problems.append((("objectives", index, "level"), f"{term.level} is not one of workload.concurrency"))
     return problems
 
-
-def _read(path: Path) -> tuple[Any, dict]:
-    data, lines = load_yaml_with_lines(path)
-    if not isinstance(data, dict):
-        raise ConfigError(str(path), "", "expected a mapping at the top level")
-    return data, lines
-
-
-def _load_model(path: Path, model: type[BaseModel]):
-    data, lines = _read(path)
-    return _validate(path, data, lines, model)
-
-
-def _validate(source: Path | str, data: Any, lines: dict, model: type[BaseModel]):
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        loc = _strip_union_tags(error["loc"], data)
-        message = error["msg"].removeprefix("Value error, ")
-        if error["type"] == "extra_forbidden":
-            message = "unknown key"
-        elif "input" in error and error["type"] not in ("missing",) and not isinstance(error["input"], dict):
-            message += f" (got {error['input']!r})"
-        raise ConfigError(str(source), format_path(loc), message, line_of(lines, loc)) from None
-
-
-def _strip_union_tags(loc: tuple, data: Any) -> KeyPath:
-    """pydantic puts the discriminator tag ('int', 'categorical') into error paths; drop it."""
-    out: list[str | int] = []
-    node = data
-    for part in loc:
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
-            node = node[part]
-        elif isinstance(part, str) and isinstance(node, dict) and node.get("type") == part:
-            continue
-        elif isinstance(part, str) and "[" in part:  # e.g. 'function-after[_range(), IntParam]'
-            continue
-        out.append(part)
-    return tuple(out)
