@@ -85,12 +85,6 @@ class SweepEvents(Protocol):
     def trial_finished(self, number: int, summary: str, best: float | None) -> None: ...
 
 
-class QuietEvents:
-    def trial_started(self, number, evaluation, budget, config): pass
-    def stage(self, number, stage): pass
-    def trial_finished(self, number, summary, best): pass
-
-
 # ---------------------------------------------------------------- creating and loading
 
 @dataclass
@@ -395,17 +389,16 @@ def installed_flags(study: optuna.Study, space: Space, host: Host) -> dict[str, 
     if result.returncode != 0:
         raise UserError(f"cannot read the engine's flags on {host.name}: {result.describe()}")
     flags = parse_help_flags(result.stdout)
-    fixed = get_engine(space.engine).build_launch_spec(space, {}, HostSpec(transport="local"), 1, python)
-    if problems := flag_problems(fixed.argv, flags, getattr(engine, "checks_short_flags", False),
-                                 getattr(engine, "flag_family", None)):
+    fixed = engine.build_launch_spec(space, {}, HostSpec(transport="local"), 1, python)
+    if problems := flag_problems(fixed.argv, flags, engine.checks_short_flags, engine.flag_family):
         raise UserError(f"the space's fixed flags do not fit {key}: {'; '.join(problems)}")
     study.set_user_attr("engine_flags", {"key": key, "flags": flags})
     study.set_user_attr("engine_version", version_text)
     # deprecations are dated by the engine's own releases (the simulator's version is sweeper's)
     space_flags = list(fixed.argv) + [p.flag for p in (*space.parameters.values(), *space.derived.values()) if p.flag]
-    family = getattr(engine, "flag_family", None)
-    if family == space.engine and (warnings := deprecation_warnings(space_flags, family, version_text)):
-        study.set_user_attr("engine_warnings", warnings)  # `sweeper show` lists them
+    if engine.flag_family == space.engine and (
+            deprecated := deprecation_warnings(space_flags, engine.flag_family, version_text)):
+        study.set_user_attr("engine_warnings", deprecated)  # `sweeper show` lists them
     return flags
 
 
