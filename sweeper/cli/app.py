@@ -26,6 +26,7 @@ from sweeper.results.show import format_show
 from sweeper.results.table import format_leaderboard_table
 from sweeper.search.resume import check_space_unchanged
 from sweeper.search.study import StudyHandle, controller_alive, create_study, host_spec_for_resume, load_study, recover_interrupted, run_sweep
+from sweeper.search.stored import parse_stored_space
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Find the fastest safe server configuration by measuring it.")
@@ -240,7 +241,6 @@ def worker(
     time_budget: Optional[str] = typer.Option(None, "--time-budget", help="Stop starting trials after this long."),
 ) -> None:
     """Join a study from this machine: run its trials on HOST until the study's budget is spent."""
-    from sweeper.spec.space import parse_space
     from sweeper.fleet.leases import LeaseBook, new_holder_id, slot_name
     from sweeper.search.study import open_storage
     from sweeper.fleet.workers import WorkerOptions, check_shared_storage, retry_stale_trial, run_worker, run_worker_processes, recover_shared, worker_argv
@@ -262,7 +262,7 @@ def worker(
 
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # no tracebacks for interrupted or retried trials
         optuna_study = optuna.load_study(study_name=study, storage=rdb)
-        space = parse_space(attrs["space_text"], f"{attrs['space_path']} (copy stored in the study)")
+        space = parse_stored_space(attrs)
         handle = StudyHandle(optuna_study, space, host, host_spec, results)
         book = LeaseBook(storage, options.grace_s)
         prefix = slot_name(host, gpu_set)
@@ -397,13 +397,12 @@ def best(
     the front."""
     from sweeper.search.trials import chosen_trial, is_pareto_study
     from sweeper.spec.hosts import HostSpec
-    from sweeper.spec.space import parse_space
     from sweeper.results.script import best_launch_script
 
     with user_errors():
         optuna_study = load_study(study, results, storage)
         attrs = optuna_study.user_attrs
-        space = parse_space(attrs["space_text"], f"{attrs['space_path']} (copy stored in the study)")
+        space = parse_stored_space(attrs)
         host_spec = HostSpec.model_validate(attrs["host_spec"])
         chosen = chosen_trial(optuna_study, trial_number) if trial_number is not None else None
         text = best_launch_script(optuna_study, space, host_spec, chosen)
@@ -484,7 +483,6 @@ def validate(
     """Re-run the top K configs on fresh servers in interleaved order; declare the winner with its CI.
     In the Pareto mode: the front's top K by throughput, both objectives with their CIs."""
     from sweeper.search.ablation import Measured, summarize_finalists
-    from sweeper.spec.space import parse_space
     from sweeper.search.trials import is_pareto_study
     from sweeper.results.leaderboard import leaderboard_frame
     from sweeper.results.ablation_table import format_finalists_table
@@ -498,7 +496,7 @@ def validate(
         if finalists.empty:
             raise UserError(f"study {study!r} has no feasible trial to validate")
         attrs = source.user_attrs
-        space = parse_space(attrs["space_text"], f"{attrs['space_path']} (copy stored in the study)")
+        space = parse_stored_space(attrs)
         by_number = {t.number: t for t in source.get_trials(deepcopy=False)}
         labels = {f"trial {int(n)}": dict(by_number[int(n)].params) for n in finalists["trial"]}
         runs = [(label, params) for _ in range(repeats) for label, params in labels.items()]

@@ -12,7 +12,6 @@ from sweeper.trial.pipeline import Failure, TrialOutcome
 
 # The same constraint keys on every trial (Optuna 5 counts a trial without constraints as
 # feasible). A value > 0 means violated.
-CONSTRAINT_KEYS = ("config_fault", "slo")
 ABANDONED = "abandoned"  # a partial ladder stopped because it could not catch the incumbent
 LOG_TAIL_CHARS = 4000
 

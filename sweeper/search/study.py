@@ -26,13 +26,14 @@ from sweeper.hosts import Host, ServerProcess
 from sweeper.trial.gate import OutputSample
 from sweeper.hosts.procfs import read_stat
 from sweeper.search.pareto import dominated_verdict
-from sweeper.trial.reference import reference_samples, settle_reference as settle, use_reference_file
+from sweeper.search.reference import reference_samples, settle_reference as settle, use_reference_file
 from sweeper.search.record import ABANDONED, constraint_values, judge_level, objective_values, outcome_attrs
 from sweeper.search.trials import best_trial, feasible_trials, is_evaluation, is_feasible
 from sweeper.fleet.leases import schema_lock
 from sweeper.results.provenance import engine_provenance
 from sweeper.redact import MASK, redact_env, redact_url
 from sweeper.search.samplers import build_sampler
+from sweeper.search.stored import output_rejected, reference_text
 from sweeper.search.configs import config_key, suggest_config
 from sweeper.trial.pipeline import TrialContext, run_trial
 
@@ -208,10 +209,6 @@ def find_duplicate(study: optuna.Study, key: str, number: int) -> FrozenTrial | 
     return None
 
 
-def reference_text(study: optuna.Study) -> str | None:
-    return study.user_attrs.get("reference_text")
-
-
 def passed_gate(outcome) -> bool:
     """The trial's outputs passed the correctness gate (a later load or stop failure does not make
     them wrong: they can still be the reference)."""
@@ -219,7 +216,7 @@ def passed_gate(outcome) -> bool:
 
 
 def settle_reference(handle: StudyHandle, trial: optuna.Trial, samples: list[dict] | None) -> None:
-    """sweeper/trial/reference.py: the named seed's outputs, or two agreeing configs', become the reference."""
+    """sweeper/search/reference.py: the named seed's outputs, or two agreeing configs', become the reference."""
     settle(handle.study, handle.space, handle.dir, trial,
            [OutputSample.from_dict(s) for s in samples] if samples else None)
 
@@ -430,7 +427,7 @@ def measured_values(study: optuna.Study) -> list[tuple[str, list[float] | None]]
     """(label, every objective's value, or None when the run failed) of every labelled, finished
     trial: the Pareto mode has two."""
     reference = reference_text(study)
-    rejected = study.user_attrs.get("output_rejected")
+    rejected = output_rejected(study)
     return [(t.user_attrs["label"], list(t.values) if is_feasible(t, reference, rejected) else None)
             for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             if "label" in t.user_attrs]
