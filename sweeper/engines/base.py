@@ -9,6 +9,7 @@ from typing import Any, Mapping, Protocol, Sequence
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import Space
 from sweeper.loadgen.endpoints import RequestDialect
+from sweeper.outcomes import FailureKind
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,10 @@ class Signature:
     """A log substring that means the server failed, and the kind of failure it is."""
 
     substring: str
-    kind: str
+    kind: FailureKind
+
+    def __post_init__(self) -> None:  # the tables spell kinds as strings: a typo fails at import
+        object.__setattr__(self, "kind", FailureKind(self.kind))
 
 
 @dataclass(frozen=True)

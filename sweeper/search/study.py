@@ -27,7 +27,7 @@ from sweeper.trial.gate import OutputSample
 from sweeper.hosts.procfs import read_stat
 from sweeper.search.pareto import dominated_verdict
 from sweeper.search.reference import reference_samples, settle_reference as settle, use_reference_file
-from sweeper.search.record import ABANDONED, constraint_values, judge_level, objective_values, outcome_attrs
+from sweeper.search.record import constraint_values, judge_level, objective_values, outcome_attrs
 from sweeper.search.trials import best_trial, feasible_trials, is_evaluation, is_feasible
 from sweeper.fleet.leases import schema_lock
 from sweeper.results.provenance import engine_provenance
@@ -36,6 +36,7 @@ from sweeper.search.samplers import build_sampler
 from sweeper.search.stored import output_rejected, reference_text
 from sweeper.search.configs import config_key, suggest_config
 from sweeper.trial.pipeline import TrialContext, run_trial
+from sweeper.outcomes import FailureKind
 
 MAX_RETRIES = 2
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -299,7 +300,7 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents,
             indent=2, default=str))
         trial.set_user_attr("stage", "done")
         events.trial_finished(trial.number, _summary(outcome, values), _best_value(study))
-        if outcome.failure and outcome.failure.kind == ABANDONED:
+        if outcome.failure and outcome.failure.kind == FailureKind.ABANDONED:
             raise optuna.TrialPruned(outcome.failure.message)  # a partial result, recorded as such
         return values if space.is_pareto else values[0]
 

@@ -12,6 +12,7 @@ from typing import Annotated, Literal, Union
 from pydantic import Field, field_validator, model_validator
 
 from sweeper.errors import ConfigError
+from sweeper.outcomes import LATENCY_METRICS, THROUGHPUT_METRICS, MetricName
 from sweeper.spec.expr import Expr, ExprError, parse_expr
 from sweeper.spec.loading import Strict, validate_model
 from sweeper.spec.yamlfile import KeyPath, format_path, line_of, parse_yaml_with_lines
@@ -154,23 +155,16 @@ class Workload(Strict):
 
 
 class Objective(Strict):
-    metric: Literal[
-        "output_throughput", "total_throughput", "request_throughput",
-        "median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "median_e2e_latency_ms",
-    ] = "output_throughput"
+    metric: MetricName = "output_throughput"
     level: int | None = Field(None, description="concurrency level; default the highest")
     direction: Literal["maximize", "minimize"] = "maximize"
-
-
-THROUGHPUT_METRICS = ("output_throughput", "total_throughput", "request_throughput")
-LATENCY_METRICS = ("median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "median_e2e_latency_ms")
 
 
 class ObjectiveTerm(Strict):
     """One of the two objectives of the Pareto mode (`objectives:`); its direction follows from
     the metric: a throughput is maximised, a latency minimised."""
 
-    metric: Literal[THROUGHPUT_METRICS + LATENCY_METRICS]  # type: ignore[valid-type]
+    metric: MetricName
     level: int | None = Field(None, description="concurrency level; default the highest for a "
                                                 "throughput, the lowest for a latency")
 
@@ -179,9 +173,9 @@ class ObjectiveTerm(Strict):
 class Goal:
     """One objective as the study optimises it: a metric read at a level, and a direction."""
 
-    metric: str
+    metric: MetricName
     level: int
-    direction: str
+    direction: Literal["maximize", "minimize"]
 
     @property
     def name(self) -> str:
@@ -191,10 +185,7 @@ class Goal:
 class Target(Strict):
     """What the deployment must reach: the report gives the gap from the best config to it."""
 
-    metric: Literal[
-        "output_throughput", "total_throughput", "request_throughput",
-        "median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "median_e2e_latency_ms",
-    ] = "output_throughput"
+    metric: MetricName = "output_throughput"
     value: float = Field(gt=0)
     level: int | None = Field(None, description="concurrency level; default the highest")
 
