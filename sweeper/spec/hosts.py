@@ -38,6 +38,12 @@ class HostSpec(Strict):
     # e.g. ["0,1,2,3", "4,5,6,7"]; a config whose space `gpus` fits in one set runs in it
     gpu_sets: list[str] = []
 
+    @field_validator("gpu_gate", mode="before")
+    @classmethod
+    def _switch_words(cls, value):
+        # YAML 1.1 reads an unquoted on/off/yes/no as a bool; for a switch the meaning is plain
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
     @model_validator(mode="after")
     def _ssh_needs_address(self) -> "HostSpec":
         if self.transport == "ssh" and not self.address:
