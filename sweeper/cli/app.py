@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+
+import sweeper
 from rich.table import Table
 
 from sweeper.spec.space import Space, load_space
@@ -27,6 +29,19 @@ for command in (sweep_commands.sweep, sweep_commands.worker, sweep_commands.resu
                 results_commands.report, results_commands.show, results_commands.best):
     app.command()(command)
 sim_app.command("best")(sim_commands.sim_best)
+app.command()(sweep_commands.demo)
+
+
+def print_version(wanted: bool) -> None:
+    if wanted:
+        typer.echo(f"sweeper {sweeper.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def options(version: bool = typer.Option(False, "--version", callback=print_version, is_eager=True,
+                                         help="Print the version and exit.")) -> None:
+    """Find the fastest safe server configuration by measuring it."""
 
 
 def main() -> None:

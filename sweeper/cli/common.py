@@ -18,7 +18,8 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 RESULTS_OPT = typer.Option(Path("results"), "--results", help="Folder holding one folder per study.")
-STORAGE_OPT = typer.Option(None, "--storage", help="Any Optuna storage URL (default: SQLite in the study folder).")
+STORAGE_OPT = typer.Option(None, "--storage", envvar="SWEEPER_STORAGE",
+                           help="Any Optuna storage URL, or $SWEEPER_STORAGE (default: SQLite in the study folder).")
 
 
 def parse_duration(text: str) -> float:

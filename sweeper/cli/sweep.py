@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from importlib.resources import files
 from pathlib import Path
 from typing import List, Optional
 
@@ -18,7 +19,7 @@ from sweeper.search.samplers import SAMPLERS
 from sweeper.search.stored import parse_stored_space
 from sweeper.search.study import (StudyHandle, controller_alive, create_study, host_spec_for_resume, load_study,
                                   recover_interrupted)
-from sweeper.spec.hosts import load_host
+from sweeper.spec.hosts import DEFAULT_HOSTS_FILE, load_host
 from sweeper.spec.space import Space, load_space
 
 
@@ -175,3 +176,20 @@ def resume(
             host.close()
             raise
         sweep_and_print(handle, host, top, None, parse_duration(time_budget) if time_budget else None)
+
+
+def demo(
+    trials: Optional[int] = typer.Option(None, "--trials", min=1, help="Budget of real evaluations (default: the space's)."),
+    results: Path = RESULTS_OPT,
+    top: int = typer.Option(10, "--top", help="Rows of the leaderboard printed at the end."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Sampler seed, for a reproducible search."),
+) -> None:
+    """A real sweep of the embedded simulator from any folder: the packaged demo space on this
+    machine (the hosts file's `local` host, or the built-in one when there is none)."""
+    with user_errors():
+        space_file = Path(str(files("sweeper.spaces").joinpath("demo-sim.yaml")))
+        space = load_space(space_file)
+        name = f"{space.name}-{datetime.now():%Y%m%d-%H%M%S}"
+        handle, connected = open_new_study(space_file, space, DEFAULT_HOSTS_FILE, "local", name, results, None,
+                                           trials or space.budget.trials, None)
+        sweep_and_print(handle, connected, top, seed)

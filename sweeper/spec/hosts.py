@@ -71,7 +71,14 @@ class HostsFile(Strict):
 
 # ---------------------------------------------------------------- search spaces
 
+DEFAULT_HOSTS_FILE = Path("hosts.yaml")
+BUILTIN_HOSTS = HostsFile(hosts={"local": HostSpec(transport="local")})
+
+
 def load_hosts(path: Path) -> HostsFile:
+    """The hosts file; with none at the default path, the built-in `local` host (this machine)."""
+    if path == DEFAULT_HOSTS_FILE and not path.exists():
+        return BUILTIN_HOSTS
     return load_model(path, HostsFile)
 
 
