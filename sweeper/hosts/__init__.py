@@ -1,4 +1,13 @@
-"""Hosts by transport."""
+"""Hosts by transport: one host algorithm, the transports differ in primitives only.
+
+- base.py: the Host protocol and its records; AgentHost, the methods both transports share
+- agent.py: the host half, stdlib only: group members, stop, alive, port probe, process details
+  (LocalHost calls it in process; SSHHost ships it with procfs.py and runs it on the host)
+- procfs.py: reading /proc (shipped with the agent)
+- local.py, ssh.py: the transports: how to run a command, start a server, read its log, reach it
+- forward.py, launch_script.py: the SSH port forward; the launch script written on the host
+- gpu.py, gate.py: nvidia-smi's answers parsed; the GPU gate before a launch and after a stop
+"""
 
 from sweeper.spec.hosts import HostSpec
 from sweeper.errors import UserError

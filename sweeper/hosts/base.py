@@ -1,14 +1,14 @@
-"""The Host protocol: everything the trial pipeline asks of a machine, whatever the transport."""
+"""The Host protocol: everything the trial pipeline asks of a machine, whatever the transport;
+and AgentHost, the part of it both transports share (each method one operation of agent.py)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
-if TYPE_CHECKING:
-    from sweeper.hosts.gpu import GpuSnapshot
-
-TOKEN_VAR = "SWEEPER_RUN_TOKEN"  # put in every server's environment: how we know a process is ours
+from sweeper.errors import UserError
+from sweeper.hosts.gpu import APPS_QUERY, GPU_QUERY, GpuParseError, GpuSnapshot, parse_snapshot
+from sweeper.spec.hosts import HostSpec
 
 
 @dataclass(frozen=True)
@@ -66,10 +66,15 @@ class ProcessDetails:
 
 class Host(Protocol):
     name: str
+    spec: HostSpec
 
     def run(self, argv: Sequence[str], env: Mapping[str, str] | None = None,
             timeout_s: float = 120.0) -> CommandResult:
         """A short command on the host (no shell)."""
+        ...
+
+    def run_python(self, source: str, stdin: bytes, timeout_s: float) -> CommandResult:
+        """`python -c source` with the host's python (site-packages on), fed stdin."""
         ...
 
     def start_detached(self, argv: Sequence[str], env: Mapping[str, str], cwd: str,
@@ -101,7 +106,7 @@ class Host(Protocol):
 
     def python(self) -> str: ...
 
-    def gpu_snapshot(self) -> "GpuSnapshot | None":
+    def gpu_snapshot(self) -> GpuSnapshot | None:
         """nvidia-smi's view of GPU memory, or None when the host's GPU gate is off (no nvidia-smi)."""
         ...
 
@@ -114,3 +119,52 @@ class Host(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class AgentHost:
+    """The Host methods that are one agent operation each: the same algorithm on every transport.
+    A transport supplies `_agent` (how to reach agent.py: in process, or over SSH) and the rest of
+    the protocol (running commands, starting servers, reading logs, URLs, the connection)."""
+
+    name: str
+    spec: HostSpec
+
+    def _agent(self, op: str, request: Mapping[str, Any], retry: bool = True, timeout_s: float = 60.0) -> dict:
+        raise NotImplementedError
+
+    def is_alive(self, proc: ServerProcess) -> bool:
+        return self._agent("status", {"proc": proc.to_dict()})["alive"]
+
+    def owned_members(self, proc: ServerProcess) -> list[int]:
+        return self._agent("members", {"proc": proc.to_dict()})["ours"]
+
+    def stop_group(self, proc: ServerProcess, grace_s: float) -> StopReport:
+        answer = self._agent("stop", {"proc": proc.to_dict(), "grace_s": grace_s}, timeout_s=grace_s + 60)
+        return StopReport(answer["was_running"], answer["signal"], answer["seconds"],
+                          tuple(answer["left_behind"]), tuple(answer["skipped_foreign"]))
+
+    def port_is_free(self, port: int) -> bool:
+        return self._agent("port_free", {"port": port})["free"]
+
+    def listens_on(self, proc: ServerProcess, port: int) -> bool:
+        return self._agent("listens", {"proc": proc.to_dict(), "port": port})["listens"]
+
+    def process_details(self, pids: Sequence[int]) -> dict[int, ProcessDetails]:
+        answer = self._agent("details", {"pids": list(pids)})["details"]
+        return {int(pid): ProcessDetails(**d) for pid, d in answer.items()}
+
+    def gpu_snapshot(self) -> GpuSnapshot | None:
+        if self.spec.gpu_gate == "off":
+            return None
+        answer = self._agent("gpu", {"queries": [list(GPU_QUERY), list(APPS_QUERY)],
+                                     "path": self.spec.env.get("PATH")})
+        if not answer["found"]:
+            if self.spec.gpu_gate == "on":
+                raise UserError(f"host {self.name!r}: gpu_gate is on but nvidia-smi is not on the host's PATH")
+            return None
+        if "error" in answer:
+            raise UserError(f"host {self.name!r}: {answer['error']}")
+        try:
+            return parse_snapshot(*answer["outputs"])
+        except GpuParseError as exc:
+            raise UserError(f"host {self.name!r}: {exc}") from None

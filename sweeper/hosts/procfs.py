@@ -1,5 +1,5 @@
-"""Reading Linux /proc: process state, group, start time and environment. Pure parsing is
-separated from the reads so the same rules apply to a remote host's /proc later."""
+"""Reading Linux /proc: process state, group, start time, environment and sockets. Pure parsing is
+separated from the reads; agent.py ships this file, so every host reads /proc by the same rules."""
 
 from __future__ import annotations
 
@@ -14,6 +14,11 @@ class ProcStat:
     state: str
     pgid: int
     start_ticks: int
+
+    @property
+    def running(self) -> bool:
+        """Not exited: a zombie (Z) or dead (X) process is gone but for its /proc entry."""
+        return self.state not in ("Z", "X")
 
 
 def parse_stat(text: str) -> ProcStat:
@@ -47,7 +52,7 @@ def live_group_members(pgid: int, proc: Path = Path("/proc")) -> list[ProcStat]:
     members = []
     for entry in proc.iterdir():
         if entry.name.isdigit() and (stat := read_stat(int(entry.name), proc)):
-            if stat.pgid == pgid and stat.state not in ("Z", "X"):
+            if stat.pgid == pgid and stat.running:
                 members.append(stat)
     return members
 
@@ -56,7 +61,13 @@ def still_running(pids: list[int], pgid: int, proc: Path = Path("/proc")) -> lis
     """Those of `pids` not yet gone from group `pgid`. An exiting process loses its environ (and so
     our token) before it is gone: a stop waits for the processes it signalled, not for the token."""
     return [pid for pid in pids
-            if (stat := read_stat(pid, proc)) and stat.pgid == pgid and stat.state not in ("Z", "X")]
+            if (stat := read_stat(pid, proc)) and stat.pgid == pgid and stat.running]
+
+
+def process_alive(pid: int, start_ticks: int, proc: Path = Path("/proc")) -> bool:
+    """Whether the process started at `start_ticks` as `pid` still runs (a reused PID does not match)."""
+    stat = read_stat(pid, proc)
+    return bool(stat and stat.start_ticks == start_ticks and stat.running)
 
 
 def parse_listening_inodes(proc_net_tcp: str, port: int) -> set[int]:

@@ -6,8 +6,8 @@
 - Host keys: verified against ~/.ssh/known_hosts and ~/.sweeper/known_hosts. An unknown key is
   refused with its SHA256 fingerprint and how to trust it; `host_key_policy: accept-new` records it
   in ~/.sweeper/known_hosts. A changed key is always refused.
-- Every operation on the host runs the agent (agent.py) with a JSON request on stdin: no value of
-  a request is ever part of a shell command line.
+- Every operation on the host runs the agent (agent.py, the same code LocalHost calls in process)
+  with a JSON request on stdin: no value of a request is ever part of a shell command line.
 - Servers are reached through a local port forward (direct-tcpip), or directly (`forward: false`).
 - The server log is mirrored incrementally into the local trial folder.
 """
@@ -31,10 +31,9 @@ import paramiko
 
 from sweeper.spec.hosts import HostSpec
 from sweeper.errors import InfraError, UserError
-from sweeper.hosts.agent import build_agent_source
-from sweeper.hosts.base import TOKEN_VAR, CommandResult, ProcessDetails, ServerProcess, StopReport
+from sweeper.hosts.agent import TOKEN_VAR, build_agent_source
+from sweeper.hosts.base import AgentHost, CommandResult, ServerProcess, StopReport
 from sweeper.hosts.forward import LocalForward
-from sweeper.hosts.gpu import APPS_QUERY, GPU_QUERY, GpuParseError, GpuSnapshot, parse_snapshot
 from sweeper.hosts.launch_script import build_env_json, build_launch_script, build_remote_run_dir
 
 logging.getLogger("paramiko").addHandler(logging.NullHandler())  # failures reach the user as one line
@@ -140,7 +139,7 @@ def _describe(exc: BaseException) -> tuple[str, bool]:
 
 # ---------------------------------------------------------------- the host
 
-class SSHHost:
+class SSHHost(AgentHost):
     def __init__(self, name: str, spec: HostSpec, ssh_config_path: str = USER_SSH_CONFIG):
         self.name, self.spec = name, spec
         self._ssh_config = load_ssh_config(ssh_config_path)
@@ -152,16 +151,13 @@ class SSHHost:
         self._forwards: dict[int, LocalForward] = {}
         self._mirrors: dict[tuple[int, int], list] = {}  # (pid, start) -> [local path, remote offset]
         self._status_cache: tuple[tuple[int, int], float, dict] | None = None
-        self._agent_command = shlex.join([self.python_for_agent(), "-S", "-c", build_agent_source()])
+        self._agent_command = shlex.join([self.python(), "-S", "-c", build_agent_source()])
         for key_file in self.target.key_files:
             if self.spec.identity_file and not os.path.isfile(key_file):
                 raise UserError(f"host {name!r}: identity file {key_file} not found")
         self._connect_now()
 
     # ---- connection ----
-
-    def python_for_agent(self) -> str:
-        return self.spec.python or "python3"
 
     def _connect_client(self, target: Target, sock: Any = None) -> paramiko.SSHClient:
         client = paramiko.SSHClient()
@@ -294,7 +290,7 @@ class SSHHost:
         status, out, err = self._exec(transport, self._agent_command,
                                       json.dumps({**request, "op": op}).encode(), timeout_s)
         if status == 127:
-            raise UserError(f"host {self.name!r}: {self.python_for_agent()} not found on the host "
+            raise UserError(f"host {self.name!r}: {self.python()} not found on the host "
                             "(set `python:` for this host in hosts.yaml)")
         if status == -1:
             raise EOFError("the channel closed without an exit status")
@@ -325,7 +321,7 @@ class SSHHost:
         load client uses uvloop when it is there), fed stdin. Not retried: a dropped connection is an InfraError
         (and a disruption of the trial), as during an agent operation."""
         transport = self._transport()
-        argv = (self.python_for_agent(), "-c", source)
+        argv = (self.python(), "-c", source)
         try:
             status, out, err = self._exec(transport, shlex.join(argv), stdin, timeout_s)
             if status == -1:
@@ -359,11 +355,11 @@ class SSHHost:
         self._mirrors[(proc.pid, proc.start_ticks)] = [log_path, 0]
         return proc
 
-    def _status(self, proc: ServerProcess, with_log: bool) -> dict:
+    def _status(self, proc: ServerProcess) -> dict:
+        """Whether the server runs, mirroring the next chunk of its log in the same round trip."""
         key = (proc.pid, proc.start_ticks)
         mirror = self._mirrors.get(key)
-        answer = self._agent("status", {"proc": proc.to_dict(),
-                                        "log_offset": mirror[1] if (mirror and with_log) else None})
+        answer = self._agent("status", {"proc": proc.to_dict(), "log_offset": mirror[1] if mirror else None})
         if mirror and "log" in answer:
             self._append_mirror(mirror, answer["log"])
         self._status_cache = (key, time.monotonic(), answer)
@@ -388,20 +384,16 @@ class SSHHost:
         cached = self._status_cache
         if cached and cached[0] == (proc.pid, proc.start_ticks) and time.monotonic() - cached[1] < 0.1:
             return cached[2]["alive"]
-        return self._status(proc, with_log=True)["alive"]
-
-    def owned_members(self, proc: ServerProcess) -> list[int]:
-        return self._status(proc, with_log=False)["ours"]
+        return self._status(proc)["alive"]
 
     def stop_group(self, proc: ServerProcess, grace_s: float) -> StopReport:
-        answer = self._agent("stop", {"proc": proc.to_dict(), "grace_s": grace_s}, timeout_s=grace_s + 60)
+        report = super().stop_group(proc, grace_s)
         try:
             self._sync_mirror(proc)  # the log up to the end, shutdown lines included
         finally:
             self._mirrors.pop((proc.pid, proc.start_ticks), None)
             self._status_cache = None
-        return StopReport(answer["was_running"], answer["signal"], answer["seconds"],
-                          tuple(answer["left_behind"]), tuple(answer["skipped_foreign"]))
+        return report
 
     def read_log(self, proc: ServerProcess, offset: int) -> tuple[str, int]:
         mirror = self._mirrors.get((proc.pid, proc.start_ticks))
@@ -409,7 +401,7 @@ class SSHHost:
             chunk = self._agent("read_log", {"path": proc.log_path, "offset": offset})
             data = base64.b64decode(chunk["data"])
             return data.decode(errors="replace"), offset + len(data)
-        self._status(proc, with_log=True)
+        self._status(proc)
         with open(mirror[0], "rb") as local:
             local.seek(offset)
             data = local.read()
@@ -417,12 +409,6 @@ class SSHHost:
 
     def read_bytes(self, path: str, offset: int) -> bytes:
         return base64.b64decode(self._agent("read_log", {"path": path, "offset": offset})["data"])  # 1 MiB chunks
-
-    def port_is_free(self, port: int) -> bool:
-        return self._agent("port_free", {"port": port})["free"]
-
-    def listens_on(self, proc: ServerProcess, port: int) -> bool:
-        return self._agent("listens", {"proc": proc.to_dict(), "port": port})["listens"]
 
     def base_url(self, port: int) -> str:
         if not self.spec.forward:
@@ -437,27 +423,7 @@ class SSHHost:
                                               timeout=self.spec.connect_timeout_s)
 
     def python(self) -> str:
-        return self.spec.python or "python3"
-
-    def gpu_snapshot(self) -> GpuSnapshot | None:
-        if self.spec.gpu_gate == "off":
-            return None
-        answer = self._agent("gpu", {"queries": [list(GPU_QUERY), list(APPS_QUERY)],
-                                     "path": self.spec.env.get("PATH")})
-        if not answer["found"]:
-            if self.spec.gpu_gate == "on":
-                raise UserError(f"host {self.name!r}: gpu_gate is on but nvidia-smi is not on the host's PATH")
-            return None
-        if "error" in answer:
-            raise UserError(f"host {self.name!r}: {answer['error']}")
-        try:
-            return parse_snapshot(*answer["outputs"])
-        except GpuParseError as exc:
-            raise UserError(f"host {self.name!r}: {exc}") from None
-
-    def process_details(self, pids: Sequence[int]) -> dict[int, ProcessDetails]:
-        answer = self._agent("details", {"pids": list(pids)})["details"]
-        return {int(pid): ProcessDetails(**d) for pid, d in answer.items()}
+        return self.spec.python or "python3"  # also the agent's
 
     def session_local_port(self) -> int:
         """Our end of the TCP connection to the host (tests find the sshd process serving us)."""

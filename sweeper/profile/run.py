@@ -202,7 +202,7 @@ def trace_folder(host: Host, proc: ServerProcess) -> str:
 
 
 def _is_local(host: Host) -> bool:
-    return getattr(getattr(host, "spec", None), "transport", "") == "local"
+    return host.spec.transport == "local"
 
 
 def _same_folder(remote: str, local: Path) -> bool:

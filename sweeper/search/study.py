@@ -24,7 +24,7 @@ from sweeper.engines.versions import deprecation_warnings
 from sweeper.errors import InfraError, UserError
 from sweeper.hosts import Host, ServerProcess
 from sweeper.trial.gate import OutputSample
-from sweeper.hosts.procfs import read_stat
+from sweeper.hosts.procfs import process_alive, read_stat
 from sweeper.search.pareto import dominated_verdict
 from sweeper.search.reference import reference_samples, settle_reference as settle, use_reference_file
 from sweeper.search.record import constraint_values, judge_level, objective_values, outcome_attrs
@@ -193,8 +193,7 @@ def controller_alive(identity: dict | None) -> bool:
         return False
     if identity.get("pid") == os.getpid():
         return False
-    stat = read_stat(int(identity["pid"]))
-    return bool(stat and stat.start_ticks == identity.get("start_ticks") and stat.state not in ("Z", "X"))
+    return process_alive(int(identity["pid"]), identity.get("start_ticks"))
 
 
 # ---------------------------------------------------------------- running

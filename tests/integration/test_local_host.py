@@ -155,3 +155,8 @@ def test_a_port_whose_old_connections_sit_in_time_wait_is_free(host):
         assert not host.port_is_free(port)  # a listening server still holds it
     finally:
         listener.close()
+
+
+def test_run_python_feeds_stdin_to_the_hosts_python(host):
+    result = host.run_python("import sys; print(sys.stdin.read()[::-1])", b"abc", 30)
+    assert (result.returncode, result.stdout, result.argv[1:]) == (0, "cba\n", ("-c", "<program>"))
