@@ -7,9 +7,10 @@ import pytest
 from optuna.trial import TrialState, create_trial
 from optuna.distributions import CategoricalDistribution
 
-from sweeper.config import HostSpec, parse_space
+from sweeper.spec.hosts import HostSpec
+from sweeper.spec.space import parse_space
 from sweeper.errors import ConfigError
-from sweeper.workers import budget_state, decide_claim, gpus_needed, slot_host_spec, slot_plan
+from sweeper.fleet.workers import budget_state, decide_claim, gpus_needed, slot_host_spec, slot_plan
 
 DIST = {"x": CategoricalDistribution([1, 2, 3])}
 
