@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 import sys
 
-from tests.conftest import ROOT
-from tests.sshd import STAND_IN
+from tests.support.paths import ROOT
+from tests.support.sshd import STAND_IN
 
 IDLE_MIB = 3  # the stand-in's idle reading per GPU
 

@@ -2,7 +2,7 @@
 
 A server that dies under load: the level ends in failed samples and an invalid level within
 seconds, never a hang, whether the client reaches the server directly or through the SSH port
-forward (a real OpenSSH server, tests/sshd.py). The server is bench/refserver.py (raw asyncio,
+forward (a real OpenSSH server, tests/support/sshd.py). The server is bench/refserver.py (raw asyncio,
 keep-alive), killed with SIGKILL as a crash would. And the real llama-server, which closes every
 connection after a streamed response while advertising keep-alive: every request still succeeds."""
 
@@ -23,7 +23,8 @@ from sweeper.hosts.ssh import SSHHost
 from sweeper.loadgen.client import StreamOptions, run_level
 from sweeper.loadgen.metrics import summarize_level
 from sweeper.loadgen.workload import build_prompt_token_ids
-from tests.llamacpp import LLAMA_SERVER, needs_llama_server, tiny_gguf  # noqa: F401
+from tests.support.llamacpp import LLAMA_SERVER, needs_llama_server
+from tests.support.ports import free_port
 
 REFSERVER = Path(__file__).resolve().parents[2] / "bench" / "refserver.py"
 HANG_S = 60.0  # each request's own timeout: a level that hangs lasts at least this long
@@ -32,12 +33,6 @@ FAST_S = 20.0  # a busy machine's slack; a hang is HANG_S or more
 
 def refserver_argv(port: int) -> list[str]:
     return [sys.executable, str(REFSERVER), "--port", str(port), "--ttft-ms", "5", "--gap-ms", "5"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_listening(port: int) -> None:

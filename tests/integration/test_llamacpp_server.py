@@ -19,7 +19,8 @@ from sweeper.hosts.local import LocalHost
 from sweeper.hosts.procfs import live_group_members
 from sweeper.hosts.ssh import SSHHost
 from sweeper.trial.pipeline import Crashed, Ready, check_output, stop, wait_ready
-from tests.llamacpp import deep_gguf, llama_env, needs_llama_server, tiny_gguf  # noqa: F401
+from tests.support.llamacpp import needs_llama_server
+from tests.support.ports import free_port_on
 
 pytestmark = [pytest.mark.slow, needs_llama_server]
 
@@ -48,7 +49,7 @@ def space_for(model, fixed: str = "{}"):
 
 
 def free_port(host) -> int:
-    return next(p for p in range(34000, 35000, 10) if host.port_is_free(p))
+    return free_port_on(host, 34000, step=10)
 
 
 def start(host, tmp_path, space, port, config=None):
