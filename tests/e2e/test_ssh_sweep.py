@@ -21,7 +21,6 @@ from tests.support.waiting import wait_for
 pytestmark = pytest.mark.slow
 
 
-
 def levels_and_kinds(frame: pd.DataFrame) -> dict[str, str]:
     return dict(zip(frame["param_moe_runner_backend"] + "/" + frame["param_moe_a2a_backend"]
                     + "/" + frame["param_ep_size"].astype(str) + "/" + frame["param_tp_size"].astype(str),

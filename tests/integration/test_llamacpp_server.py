@@ -15,10 +15,9 @@ from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import Launch, OutputCheck, parse_space
 from sweeper.trial.gate import OutputSample
 from sweeper.engines.llamacpp import LLAMACPP_INFO, LlamaCppEngine
-from sweeper.hosts.local import LocalHost
 from sweeper.hosts.procfs import live_group_members
-from sweeper.hosts.ssh import SSHHost
 from sweeper.trial.pipeline import Crashed, Ready, check_output, stop, wait_ready
+from tests.support.hosts import local_host, ssh_host
 from tests.support.llamacpp import needs_llama_server
 from tests.support.ports import free_port_on
 
@@ -32,13 +31,11 @@ def host(request, tmp_path):
     """This machine directly, or reached over SSH (the test sshd: the server's log is read, its
     process group stopped and its port probed through the connection)."""
     if request.param == "local":
-        h = LocalHost("local", HostSpec(transport="local"))
+        h = local_host()
     else:
         sshd = request.getfixturevalue("sshd")
         request.getfixturevalue("ssh_home")
-        entry = sshd.host_entry(tmp_path / "remote-work", gpus=0, gpu_gate="off",
-                                env={"PATH": "/usr/local/bin:/usr/bin:/bin"})
-        h = SSHHost("box", HostSpec(**entry))
+        h = ssh_host(sshd, tmp_path, gpus=0, gpu_gate="off", env={"PATH": "/usr/local/bin:/usr/bin:/bin"})
     yield h
     h.close()
 

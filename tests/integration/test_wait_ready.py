@@ -8,11 +8,10 @@ import uuid
 
 import pytest
 
-from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import Launch
 from sweeper.engines.sglang import SGLANG_INFO
-from sweeper.hosts.local import LocalHost
 from sweeper.trial.pipeline import Crashed, TimedOut, wait_ready
+from tests.support.hosts import local_host
 from tests.support.ports import free_port_on
 
 FAST = Launch(ready_timeout_s=20, stall_timeout_s=3, stop_grace_s=1, poll_interval_s=0.2)
@@ -20,7 +19,7 @@ FAST = Launch(ready_timeout_s=20, stall_timeout_s=3, stop_grace_s=1, poll_interv
 
 @pytest.fixture
 def host():
-    h = LocalHost("local", HostSpec(transport="local"))
+    h = local_host()
     yield h
     h.close()
 

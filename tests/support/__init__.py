@@ -8,7 +8,8 @@
     fake_servers ThreadedApp (an aiohttp app on its own loop in a thread) and the fake completion server
     sim          a real `python -m sweeper.sim` process and the simulator configs tests launch
     cli          the CLI as a user runs it (a subprocess in a scratch folder) and reading its results
-    sshd         a real OpenSSH server on 127.0.0.1 with throwaway keys
+    hosts        local_host, ssh_host (the test sshd as host "box")
+    sshd         a real OpenSSH server on 127.0.0.1 with throwaway keys; the nvidia-smi stand-in
     pg           a private PostgreSQL cluster
     llamacpp     where the real llama-server binary is, and the mark that skips without it
 

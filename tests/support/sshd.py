@@ -110,15 +110,21 @@ sys.exit(main())
 """
 
 
-def start_sshd(folder: Path) -> tuple[SshServer, subprocess.Popen]:
-    host_key, user_key, other_key = (_keygen(folder / n) for n in ("host_ed25519", "user_ed25519", "other_ed25519"))
-    (folder / "authorized_keys").write_text(user_key.with_suffix(".pub").read_text())
+def install_stand_in(folder: Path) -> tuple[Path, Path]:
+    """<folder>/bin/nvidia-smi (the stand-in) and <folder>/gpu-state (its bookkeeping): (bin, state)."""
     bin_dir, state = folder / "bin", folder / "gpu-state"
     bin_dir.mkdir()
     state.mkdir()
     stand_in = bin_dir / "nvidia-smi"
     stand_in.write_text(STAND_IN.format(python=sys.executable, root=str(ROOT), state=str(state)))
     stand_in.chmod(0o755)
+    return bin_dir, state
+
+
+def start_sshd(folder: Path) -> tuple[SshServer, subprocess.Popen]:
+    host_key, user_key, other_key = (_keygen(folder / n) for n in ("host_ed25519", "user_ed25519", "other_ed25519"))
+    (folder / "authorized_keys").write_text(user_key.with_suffix(".pub").read_text())
+    bin_dir, state = install_stand_in(folder)
     port = free_port()
     config = folder / "sshd_config"
     config.write_text(f"""Port {port}
