@@ -40,8 +40,8 @@ demo-real: install llama-server $(DEMO_MODEL)
 	$(BIN)/sweeper sweep search_spaces/llamacpp-cpu.yaml --study $(REAL_STUDY)
 	$(BIN)/sweeper leaderboard $(REAL_STUDY) --top 10
 
-# The SSH tests start a real OpenSSH server (tests/sshd.py) and the report tests open the report in
-# headless Chromium, and the many-hosts tests a private PostgreSQL cluster (tests/pg.py): install
+# The SSH tests start a real OpenSSH server (tests/support/sshd.py) and the report tests open the report in
+# headless Chromium, and the many-hosts tests a private PostgreSQL cluster (tests/support/pg.py): install
 # them when they are missing.
 test-deps:
 	@test -x /usr/sbin/sshd || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server)

@@ -4,7 +4,7 @@ Each "host" is a local-transport host entry of its own (own work dir, own port r
 simulator with a fixed, sleep-dominated start-up (--load-seconds x --time-scale of wall time), so
 a trial costs the same on every host and the speed-up measures the coordination: worker start,
 claims under the study lock, lease acquire/renew, heartbeats, and the tail of the last round.
-A private PostgreSQL cluster is started for the run (tests/pg.py) and stopped at the end.
+A private PostgreSQL cluster is started for the run (tests/support/pg.py) and stopped at the end.
 
     python bench/parallel.py [--trials 12] [--hosts 1,2,4] [--boot-s 15]
 """
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sweeper.search.trials import is_evaluation
-from tests.pg import start_cluster  # noqa: E402
+from tests.support.pg import start_cluster  # noqa: E402
 
 SPACE = """\
 name: parallel-bench

@@ -1,5 +1,5 @@
 """How fast `sweeper profile` copies trace files from an SSH host (Host.read_bytes, 1 MiB per agent
-call), against a throwaway OpenSSH server on this machine (tests/sshd.py).
+call), against a throwaway OpenSSH server on this machine (tests/support/sshd.py).
 
     .venv/bin/python bench/profile_fetch.py [--mib 32]
 """
@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sweeper.spec.hosts import HostSpec
 from sweeper.hosts.ssh import SSHHost  # noqa: E402
 from sweeper.profile.fetch import fetch_traces, list_files  # noqa: E402
-from tests.sshd import start_sshd  # noqa: E402
+from tests.support.sshd import start_sshd  # noqa: E402
 
 
 def main() -> None:

@@ -1,15 +1,17 @@
-"""Shared fixtures. Tests never read the user's ~/.ssh/config or real environment knobs."""
+"""Fixtures every tier uses. Tests never read the user's ~/.ssh/config or real environment knobs.
+The code behind them is in tests/support/."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-DEMO_SPACE = ROOT / "search_spaces" / "demo-sim.yaml"
+from tests.support.pg import NoPostgres, PgCluster, start_cluster
+from tests.support.sshd import SshServer, sshd_installed, start_sshd
 
 
 @pytest.fixture(autouse=True)
@@ -28,5 +30,42 @@ def python_exe() -> str:
     return sys.executable
 
 
-from tests.sshd import ssh_home, sshd  # noqa: E402,F401  (the real OpenSSH server fixtures)
-from tests.pg import pg_cluster, pg_url  # noqa: E402,F401  (a private PostgreSQL cluster)
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory) -> SshServer:
+    """The real OpenSSH server (tests/support/sshd.py), one for the session."""
+    if not sshd_installed():
+        pytest.skip("OpenSSH server not installed (make test-deps installs it)")
+    server, proc = start_sshd(tmp_path_factory.mktemp("sshd"))
+    yield server
+    proc.terminate()  # by its own pid, never by name
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def ssh_home(sshd, isolated_home, monkeypatch) -> Path:
+    """A home that trusts the test sshd's host key, without ssh-agent."""
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    sshd.trust(isolated_home)
+    return isolated_home
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> PgCluster:
+    """A private PostgreSQL cluster (tests/support/pg.py), one for the session."""
+    pytest.importorskip("psycopg", reason="pip install -e '.[test]' installs psycopg")
+    try:
+        cluster = start_cluster()
+    except NoPostgres as exc:
+        pytest.skip(str(exc))
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def pg_url(pg_cluster) -> str:
+    """A fresh, empty database of the session's cluster."""
+    return pg_cluster.create_database()

@@ -1,69 +1,18 @@
-"""Helpers to run the CLI as a user would: a real subprocess in a scratch folder."""
+"""Fixtures for the CLI tests: a scratch folder with the shipped and tiny spaces, locally or with
+the real sshd as its host (the code behind them is in tests/support/)."""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from sweeper.hosts.procfs import environ_has, live_group_members, read_environ
-from tests.conftest import DEMO_SPACE, ROOT
-
-# A small, fast version of the demo space: same engine, same failure modes, fewer levels.
-# output_len 32: a request lasts ~65 ms at this time scale, so the client's own turnaround between
-# requests (~0.5 ms: its wake-up, measured from the kernel's receive stamp) stays well inside the 5%
-# that achieved concurrency may miss, also on a busy 2-core runner with sshd and the on-host client.
-# (Tests quote this YAML's line numbers: keep comments out of it.)
-TINY_SPACE = """\
-name: tiny
-engine: sim
-model: deepseek-ai/DeepSeek-V4-Flash
-fixed_flags: {--time-scale: 0.01, --load-seconds: 30}
-parameters:
-  tp_size: {type: categorical, choices: [4, 8], flag: --tp-size}
-  ep_size: {type: categorical, choices: [1, 8], flag: --ep-size}
-  moe_runner_backend: {type: categorical, choices: [marlin, flashinfer_mxfp4, triton], flag: --moe-runner-backend}
-  moe_a2a_backend: {type: categorical, choices: [none, deepep], flag: --moe-a2a-backend}
-  nccl_proto: {type: categorical, choices: [LL, Simple], env: NCCL_PROTO}
-constraints:
-  - ep_size <= tp_size
-seeds:
-  - name: baseline
-    params: {tp_size: 8, ep_size: 1, moe_runner_backend: marlin, moe_a2a_backend: none, nccl_proto: Simple}
-  - name: garbage
-    params: {tp_size: 8, ep_size: 8, moe_runner_backend: triton, moe_a2a_backend: none, nccl_proto: LL}
-  - name: deepep
-    params: {tp_size: 8, ep_size: 8, moe_runner_backend: marlin, moe_a2a_backend: deepep, nccl_proto: LL}
-  - name: rule
-    params: {tp_size: 4, ep_size: 8, moe_runner_backend: marlin, moe_a2a_backend: none, nccl_proto: LL}
-reference: baseline
-workload: {input_len: 64, output_len: 32, concurrency: [1, 4], min_rounds: 2, warmup_rounds: 1}
-budget: {trials: 5}
-launch: {ready_timeout_s: 60, stall_timeout_s: 5, stop_grace_s: 5}
-"""
-
-
-class Cli:
-    def __init__(self, workdir: Path):
-        self.workdir = workdir
-        self.env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
-
-    def argv(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "sweeper.cli", *args]
-
-    def run(self, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-        return subprocess.run(self.argv(*args), cwd=self.workdir, env=self.env, capture_output=True,
-                              text=True, timeout=timeout)
-
-    def start(self, *args: str) -> subprocess.Popen:
-        return subprocess.Popen(self.argv(*args), cwd=self.workdir, env=self.env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+from sweeper.models.random_gguf import write_random_gguf
+from tests.support.cli import SECRETS, Cli, stop_recorded_group
+from tests.support.paths import DEMO_SPACE, ROOT
+from tests.support.spaces import ONE_SEED_SPACE, TINY_SPACE
 
 
 @pytest.fixture
@@ -78,25 +27,22 @@ def cli(tmp_path) -> Cli:
         stop_recorded_group(json.loads(record.read_text()))
 
 
-def stop_recorded_group(process: dict) -> None:
-    """SIGKILL the members of a recorded server group that carry its ownership token."""
-    if not process.get("pgid") or not process.get("token"):
-        return
-    ours = [m.pid for m in live_group_members(process["pgid"])
-            if environ_has(read_environ(m.pid), "SWEEPER_RUN_TOKEN", process["token"])]
-    for pid in ours:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+@pytest.fixture
+def ssh_cli(cli, sshd, ssh_home, tmp_path):
+    """The CLI with one host, "box": the test sshd, its env carrying SECRETS."""
+    work = tmp_path / "remote-work"
+    entry = sshd.host_entry(work)
+    entry["env"] = {**entry["env"], **SECRETS}
+    (cli.workdir / "hosts.yaml").write_text(yaml.safe_dump({"hosts": {"box": entry}}))
+    (cli.workdir / "one-seed.yaml").write_text(ONE_SEED_SPACE)
+    cli.remote_work = work
+    return cli
 
 
-def wait_until(predicate, timeout: float = 60.0, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(interval)
+@pytest.fixture(scope="session")
+def small_gguf(tmp_path_factory) -> Path:
+    """8 layers x 512, f16: ~133 MB, slow enough per token (a few hundred tok/s on 2 cores) that
+    the load generator is not the bottleneck and the levers show."""
+    path = tmp_path_factory.mktemp("models") / "random-8x512.gguf"
+    write_random_gguf(path, 8, 512, seed=0)
+    return path

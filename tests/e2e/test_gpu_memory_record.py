@@ -6,21 +6,14 @@ from an H200 are in bench/gpu/README.md; this checks the recording, which no GPU
 from __future__ import annotations
 
 import json
-import sys
 
-from tests.conftest import ROOT
-from tests.sshd import STAND_IN
+from tests.support.sshd import install_stand_in
 
 IDLE_MIB = 3  # the stand-in's idle reading per GPU
 
 
 def test_each_launched_trial_records_memory_before_serving_and_after(cli, tmp_path):
-    bin_dir, state = tmp_path / "bin", tmp_path / "gpu-state"
-    bin_dir.mkdir()
-    state.mkdir()
-    stand_in = bin_dir / "nvidia-smi"
-    stand_in.write_text(STAND_IN.format(python=sys.executable, root=str(ROOT), state=str(state)))
-    stand_in.chmod(0o755)
+    bin_dir, state = install_stand_in(tmp_path)
     path = f"{bin_dir}:{cli.env['PATH']}"
     (cli.workdir / "hosts.yaml").write_text(f"""\
 hosts:

@@ -1,5 +1,5 @@
 """A real engine through the CLI over a real SSH host: sweep llama-server (on a random-weight model)
-on the test sshd (tests/sshd.py), then check that the winner really is faster by re-measuring the
+on the test sshd (tests/support/sshd.py), then check that the winner really is faster by re-measuring the
 best and the worst feasible configs, interleaved, with `sweeper load`."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import yaml
 
 from sweeper.engines.llamacpp import BINARY_ENV
 from sweeper.hosts.procfs import live_group_members
-from tests.llamacpp import LLAMA_SERVER, needs_llama_server, small_gguf  # noqa: F401
+from tests.support.llamacpp import LLAMA_SERVER, needs_llama_server
 
 pytestmark = [pytest.mark.slow, needs_llama_server]
 

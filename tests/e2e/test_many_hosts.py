@@ -1,5 +1,5 @@
 """Many hosts, one study: three real OpenSSH servers (each its own "host", with its own nvidia-smi
-stand-in and GPU bookkeeping) and a real PostgreSQL cluster (tests/pg.py).
+stand-in and GPU bookkeeping) and a real PostgreSQL cluster (tests/support/pg.py).
 
 Each host's simulator writes a journal of its server starts and stops (SWEEPER_SIM_JOURNAL) on
 the host side; the one-server-per-host checks read that journal, not the controllers' claims."""
@@ -20,8 +20,9 @@ from optuna.trial import TrialState
 
 from sweeper.hosts.procfs import live_group_members
 from sweeper.search.trials import is_evaluation
-from tests.e2e.conftest import TINY_SPACE, wait_until
-from tests.sshd import start_sshd
+from tests.support.spaces import TINY_SPACE
+from tests.support.sshd import start_sshd
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -154,7 +155,7 @@ def test_a_sigkilled_worker_is_recovered_and_its_trial_retried(many, pg_url):
     env = {**many.env, "SWEEPER_STORAGE": pg_url}
     other = None
     try:
-        trial = wait_until(lambda: running_on(pg_url, "k2", "a"), timeout=240)
+        trial = wait_for(lambda: running_on(pg_url, "k2", "a"), timeout=240)
         other = start_env(many, env, "worker", "k2", "--host", "b")
         worker_pid = lease_holder_pid(pg_url, "a")
         os.kill(worker_pid, signal.SIGKILL)  # the `sweeper worker` process driving host a, mid-trial
@@ -249,7 +250,7 @@ def test_ctrl_c_stops_every_workers_server_and_a_later_worker_requeues_the_trial
             found = [launched_on(pg_url, "i1", h) for h in ("a", "b")]
             return found if all(found) else None
 
-        running = wait_until(both_serving, timeout=240, interval=0.05)
+        running = wait_for(both_serving, timeout=240, interval=0.05)
         os.killpg(sweep.pid, signal.SIGINT)  # what Ctrl-C in the terminal does: the whole group
         out, err = sweep.communicate(timeout=120)
     finally:

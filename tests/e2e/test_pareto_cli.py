@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from sweeper.search.pareto import dominates
-from tests.e2e.conftest import wait_until
-from tests.e2e.test_resume import server_in_load_stage
+from tests.support.cli import server_in_load_stage
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -125,7 +125,7 @@ def test_a_pareto_study_resumes_after_ctrl_c_with_both_objectives(cli):
     space = PARETO.replace("{metric: median_itl_ms}", "{metric: p99_ttft_ms}").replace("trials: 8", "trials: 4")
     (cli.workdir / "resume.yaml").write_text(space)
     controller = cli.start("sweep", "resume.yaml", "--study", "pr", "--sampler", "random", "--seed", "1")
-    wait_until(lambda: server_in_load_stage(cli.workdir, "pr"), timeout=180)
+    wait_for(lambda: server_in_load_stage(cli.workdir, "pr"), timeout=180)
     os.kill(controller.pid, signal.SIGINT)
     controller.communicate(timeout=120)
     assert controller.returncode == 130

@@ -20,8 +20,8 @@ from sweeper.sim.perf import (
     PREFILL_PER_TOKEN_MS, attention_factor, moe_factor, prefill_time_ms, step_breakdown_ms,
 )
 from sweeper.sim.profiler import DENSE_GEMM_FRACTION
-from tests.e2e.conftest import TINY_SPACE, wait_until
-from tests.e2e.test_ssh_sweep import ssh_cli  # noqa: F401  (the sshd-backed CLI fixture)
+from tests.support.spaces import ONE_SEED_SPACE
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -116,8 +116,7 @@ def test_profile_of_two_configs_shows_the_models_split(cli):
 
 @pytest.fixture
 def one_trial_study(cli):
-    one_seed = TINY_SPACE.split("  - name: garbage")[0] + "reference: baseline\n" + TINY_SPACE.split("reference: baseline\n")[1]
-    space = yaml.safe_load(one_seed)
+    space = yaml.safe_load(ONE_SEED_SPACE)
     space["budget"] = {"trials": 1}
     (cli.workdir / "one.yaml").write_text(yaml.safe_dump(space))
     assert cli.run("sweep", "one.yaml", "--study", "s", timeout=300).returncode == 0
@@ -141,7 +140,7 @@ def test_interrupted_profile_stops_its_server_and_a_killed_one_is_cleaned_up_nex
     # SIGTERM (as Ctrl-C): the server is stopped before the command exits.
     controller = cli.start("profile", "s", "--trial", "0", "--seconds", "60")
     try:
-        process = wait_until(lambda: profiling_server(cli.workdir), timeout=120)
+        process = wait_for(lambda: profiling_server(cli.workdir), timeout=120)
         assert live_group_members(process["pgid"])
         os.kill(controller.pid, signal.SIGTERM)
         assert controller.wait(60) == 130
@@ -156,8 +155,8 @@ def test_interrupted_profile_stops_its_server_and_a_killed_one_is_cleaned_up_nex
     first_pgid = process["pgid"]
     controller = cli.start("profile", "s", "--trial", "0", "--seconds", "60")
     try:
-        process = wait_until(lambda: (p := profiling_server(cli.workdir)) and p["pgid"] != first_pgid and p,
-                             timeout=120)
+        process = wait_for(lambda: (p := profiling_server(cli.workdir)) and p["pgid"] != first_pgid and p,
+                           timeout=120)
         os.kill(controller.pid, signal.SIGKILL)
         controller.wait(10)
         assert live_group_members(process["pgid"])  # its own session: it outlives the controller
@@ -225,7 +224,7 @@ def test_a_server_dying_under_the_profiler_is_an_error_and_its_group_is_cleaned(
     cli = one_trial_study
     controller = cli.start("profile", "s", "--trial", "0", "--seconds", "60")
     try:
-        process = wait_until(lambda: profiling_server(cli.workdir), timeout=120)
+        process = wait_for(lambda: profiling_server(cli.workdir), timeout=120)
         os.kill(process["pid"], signal.SIGKILL)  # the main process only: its scheduler children stay
         assert controller.wait(120) == 2
     finally:

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -30,8 +29,9 @@ from sweeper.results.gap import build_study_gap
 from sweeper.results.ranking import best_ranked_trial
 from sweeper.sim.best import sim_config_of
 from sweeper.sim.perf import step_time_ms
-from tests.conftest import DEMO_SPACE, ROOT
-from tests.e2e.conftest import Cli
+from tests.support.cli import Cli
+from tests.support.paths import DEMO_SPACE, ROOT
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -168,12 +168,6 @@ def test_leaderboard_exports_round_trip_with_provenance(demo):
     assert [r["rank_value"] for r in rows] == sorted((r["c1_output_tok_s"] for r in rows), reverse=True)
     bad = demo.run("leaderboard", STUDY, "--level", "3")
     assert bad.returncode == 2 and "--level 3" in bad.stderr and "Traceback" not in bad.stderr
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def get_json(url: str) -> dict:

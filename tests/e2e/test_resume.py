@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 
@@ -10,25 +9,16 @@ import pandas as pd
 import pytest
 
 from sweeper.hosts.procfs import live_group_members
-from tests.e2e.conftest import wait_until
+from tests.support.cli import server_in_load_stage
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
-
-
-def server_in_load_stage(workdir, study):
-    """The process.json of a trial whose server is being loaded (samples being written)."""
-    trials = workdir / "results" / study / "trials"
-    for trial in sorted(trials.glob("*"), key=lambda p: int(p.name)) if trials.exists() else []:
-        process = trial / "process.json"
-        if process.exists() and (trial / "samples").exists() and not (trial / "outcome.json").exists():
-            return json.loads(process.read_text())
-    return None
 
 
 def test_sigkill_then_resume_leaves_nothing_and_finishes(cli):
     controller = cli.start("sweep", "tiny.yaml", "--study", "k1")
     try:
-        process = wait_until(lambda: server_in_load_stage(cli.workdir, "k1"), timeout=120)
+        process = wait_for(lambda: server_in_load_stage(cli.workdir, "k1"), timeout=120)
         os.killpg(controller.pid, signal.SIGKILL)  # the controller and nothing else: its own session
         controller.wait(10)
     finally:
@@ -55,7 +45,7 @@ def test_sigkill_then_resume_leaves_nothing_and_finishes(cli):
 
 def test_ctrl_c_stops_the_server_and_prints_the_resume_command(cli):
     controller = cli.start("sweep", "tiny.yaml", "--study", "c1")
-    process = wait_until(lambda: server_in_load_stage(cli.workdir, "c1"), timeout=120)
+    process = wait_for(lambda: server_in_load_stage(cli.workdir, "c1"), timeout=120)
     os.kill(controller.pid, signal.SIGINT)
     stdout, stderr = controller.communicate(timeout=60)
     assert controller.returncode == 130, stderr
@@ -78,7 +68,7 @@ def test_show_watch_follows_a_running_sweep_from_another_process(cli):
     controller = cli.start("sweep", "tiny.yaml", "--study", "w1")
     watcher = None
     try:
-        wait_until(lambda: server_in_load_stage(cli.workdir, "w1"), timeout=120)
+        wait_for(lambda: server_in_load_stage(cli.workdir, "w1"), timeout=120)
         watcher = cli.start("show", "w1", "--watch", "--interval", "0.5")
         import time
 

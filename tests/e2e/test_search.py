@@ -92,7 +92,6 @@ def test_ablation_finds_the_lever_the_model_says_matters_most(cli):
     (cli.workdir / "abl.yaml").write_text(ABLATE)
     result = cli.run("ablate", "abl.yaml", "--baseline", "base", "--repeats", "3", "--study", "a1")
     assert result.returncode == 0, result.stderr
-    from tests.e2e.conftest import Cli  # noqa: F401  (same process helpers)
     import optuna
 
     study = optuna.load_study(study_name="a1", storage=f"sqlite:///{cli.workdir}/results/a1/study.db")

@@ -15,26 +15,10 @@ import pytest
 import yaml
 
 from sweeper.hosts.procfs import live_group_members
-from tests.e2e.conftest import TINY_SPACE, wait_until
-from tests.e2e.test_resume import server_in_load_stage
+from tests.support.cli import SECRETS, server_in_load_stage
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
-
-# The tiny space with only the baseline seed: a retried trial runs right after the one it retries.
-ONE_SEED_SPACE = (TINY_SPACE.split("  - name: garbage")[0] + "reference: baseline\n"
-                  + TINY_SPACE.split("reference: baseline\n")[1])
-SECRETS = {"HF_TOKEN": "hf_s3cr3t-value-91", "MY_API_KEY": "key-v4lu3-77", "DB_PASSWORD": "pw-hunter2-55"}
-
-
-@pytest.fixture
-def ssh_cli(cli, sshd, ssh_home, tmp_path):
-    work = tmp_path / "remote-work"
-    entry = sshd.host_entry(work)
-    entry["env"] = {**entry["env"], **SECRETS}
-    (cli.workdir / "hosts.yaml").write_text(yaml.safe_dump({"hosts": {"box": entry}}))
-    (cli.workdir / "one-seed.yaml").write_text(ONE_SEED_SPACE)
-    cli.remote_work = work
-    return cli
 
 
 def levels_and_kinds(frame: pd.DataFrame) -> dict[str, str]:
@@ -108,7 +92,7 @@ def test_sigkill_of_the_controller_then_resume_stops_the_orphan(ssh_cli, sshd):
     cli = ssh_cli
     controller = cli.start("sweep", "tiny.yaml", "--host", "box", "--study", "k1", "--trials", "2")
     try:
-        process = wait_until(lambda: server_in_load_stage(cli.workdir, "k1"), timeout=180)
+        process = wait_for(lambda: server_in_load_stage(cli.workdir, "k1"), timeout=180)
         os.killpg(controller.pid, signal.SIGKILL)
         controller.wait(10)
     finally:
@@ -129,8 +113,8 @@ def test_connection_cut_mid_load_is_retried_as_an_infrastructure_fault(ssh_cli, 
     cli = ssh_cli
     controller = cli.start("sweep", "one-seed.yaml", "--host", "box", "--study", "x1", "--trials", "1")
     try:
-        process = wait_until(lambda: server_in_load_stage(cli.workdir, "x1"), timeout=180)
-        session = wait_until(lambda: _controller_session(sshd, controller.pid), timeout=10)
+        process = wait_for(lambda: server_in_load_stage(cli.workdir, "x1"), timeout=180)
+        session = wait_for(lambda: _controller_session(sshd, controller.pid), timeout=10)
         os.kill(session, signal.SIGKILL)  # the sshd process serving our connection, found by its socket
         stdout, stderr = controller.communicate(timeout=400)
     finally:
@@ -153,11 +137,11 @@ def test_server_crash_mid_load_is_recorded_within_two_seconds(ssh_cli, sshd):
     cli = ssh_cli
     controller = cli.start("sweep", "tiny.yaml", "--host", "box", "--study", "c1", "--trials", "1")
     try:
-        process = wait_until(lambda: server_in_load_stage(cli.workdir, "c1"), timeout=180)
+        process = wait_for(lambda: server_in_load_stage(cli.workdir, "c1"), timeout=180)
         outcome = cli.workdir / "results" / "c1" / "trials" / "0" / "outcome.json"
         os.killpg(process["pgid"], signal.SIGKILL)  # the server crashes (with its scheduler children)
         killed = time.monotonic()
-        wait_until(lambda: outcome.exists() or controller.poll() is not None, timeout=30, interval=0.02)
+        wait_for(lambda: outcome.exists() or controller.poll() is not None, timeout=30, interval=0.02)
         elapsed = time.monotonic() - killed
         stdout, stderr = controller.communicate(timeout=400)
     finally:

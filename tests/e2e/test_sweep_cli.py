@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from sweeper.hosts.procfs import live_group_members
+from tests.support.spaces import line_of
 
 pytestmark = pytest.mark.slow
 
@@ -64,10 +65,10 @@ def test_bad_input_is_one_line_and_launches_nothing(cli):
         assert old in tiny
         (cli.workdir / name).write_text(tiny.replace(old, new))
     cases = {
-        ("sweep", "bad.yaml"): "bad.yaml:24: budget.hours: unknown key",
-        ("sweep", "type.yaml"): "type.yaml:24: budget.trials: Input should be a valid integer",
-        ("sweep", "range.yaml"): "range.yaml:23: workload.concurrency: concurrency levels must be positive, increasing and unique",
-        ("sweep", "constraint.yaml"): "constraint.yaml:12: constraints[0]: cannot parse 'ep_size <= tp_size +'",
+        ("sweep", "bad.yaml"): f"bad.yaml:{line_of(tiny, 'budget:')}: budget.hours: unknown key",
+        ("sweep", "type.yaml"): f"type.yaml:{line_of(tiny, 'budget:')}: budget.trials: Input should be a valid integer",
+        ("sweep", "range.yaml"): f"range.yaml:{line_of(tiny, 'workload:')}: workload.concurrency: concurrency levels must be positive, increasing and unique",
+        ("sweep", "constraint.yaml"): f"constraint.yaml:{line_of(tiny, '- ep_size <= tp_size')}: constraints[0]: cannot parse 'ep_size <= tp_size +'",
         ("sweep", "missing.yaml"): "missing.yaml: <top>: file not found",
         ("sweep", "tiny.yaml", "--host", "gpu-box"): "hosts.yaml: hosts.gpu-box: no such host (known: local)",
         ("resume", "nosuch"): "no study 'nosuch'",
@@ -115,8 +116,8 @@ def test_best_script_runs_the_winner(cli):
             except requests.RequestException:
                 return False
 
-        from tests.e2e.conftest import wait_until
-        wait_until(ready, timeout=60)
+        from tests.support.waiting import wait_for
+        wait_for(ready, timeout=60)
     finally:
         import os
         import signal

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from sweeper.spec.hosts import HostSpec
-from sweeper.hosts.ssh import SSHHost
+from tests.support.hosts import ssh_host
+from tests.support.waiting import wait_for
 
 # HTTP/1.1 with keep-alive: one connection serves request after request until the client closes.
 KEEPALIVE_SERVER = r"""
@@ -45,16 +45,13 @@ FAIL_FAST_S = 10.0  # a hang is a forever; this only has to exceed a busy machin
 @pytest.fixture
 def served(sshd, ssh_home, tmp_path):
     """A keep-alive server on the host, reached through the forward: (host, proc, port, (addr, port))."""
-    host = SSHHost("box", HostSpec(**sshd.host_entry(tmp_path / "work")))
+    host = ssh_host(sshd, tmp_path)
     port = 33000 + os.getpid() % 500 * 10
     local = tmp_path / "results" / "fw" / "trials" / "0"
     proc = host.start_detached([sys.executable, "-c", KEEPALIVE_SERVER, str(port)], {}, str(local),
                                str(local / "server.log"), "tok-fw")
     try:
-        deadline = time.monotonic() + 20
-        while host.port_is_free(port):
-            assert time.monotonic() < deadline, "the server never listened"
-            time.sleep(0.05)
+        wait_for(lambda: not host.port_is_free(port), timeout=20)  # the server listens
         url = host.base_url(port)
         yield host, proc, port, ("127.0.0.1", int(url.rsplit(":", 1)[1]))
     finally:

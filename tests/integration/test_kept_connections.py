@@ -2,7 +2,7 @@
 
 A server that dies under load: the level ends in failed samples and an invalid level within
 seconds, never a hang, whether the client reaches the server directly or through the SSH port
-forward (a real OpenSSH server, tests/sshd.py). The server is bench/refserver.py (raw asyncio,
+forward (a real OpenSSH server, tests/support/sshd.py). The server is bench/refserver.py (raw asyncio,
 keep-alive), killed with SIGKILL as a crash would. And the real llama-server, which closes every
 connection after a streamed response while advertising keep-alive: every request still succeeds."""
 
@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.spec.hosts import HostSpec
-from sweeper.hosts.ssh import SSHHost
 from sweeper.loadgen.client import StreamOptions, run_level
 from sweeper.loadgen.metrics import summarize_level
 from sweeper.loadgen.workload import build_prompt_token_ids
-from tests.llamacpp import LLAMA_SERVER, needs_llama_server, tiny_gguf  # noqa: F401
+from tests.support.llamacpp import LLAMA_SERVER, needs_llama_server
+from tests.support.hosts import ssh_host
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
 
 REFSERVER = Path(__file__).resolve().parents[2] / "bench" / "refserver.py"
 HANG_S = 60.0  # each request's own timeout: a level that hangs lasts at least this long
@@ -34,21 +35,16 @@ def refserver_argv(port: int) -> list[str]:
     return [sys.executable, str(REFSERVER), "--port", str(port), "--ttft-ms", "5", "--gap-ms", "5"]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def accepts(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
 
 
 def wait_listening(port: int) -> None:
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            assert time.monotonic() < deadline, "the reference server never listened"
-            time.sleep(0.05)
+    wait_for(lambda: accepts(port), timeout=20)
 
 
 def level_with_a_crash(base_url: str, kill) -> tuple[dict, list, float]:
@@ -95,15 +91,12 @@ def test_a_server_crash_behind_kept_connections_fails_the_level_fast():
 
 @pytest.mark.slow
 def test_a_server_crash_through_the_ssh_forward_fails_the_level_fast(sshd, ssh_home, tmp_path):
-    host = SSHHost("box", HostSpec(**sshd.host_entry(tmp_path / "work")))
+    host = ssh_host(sshd, tmp_path)
     port = 33500 + os.getpid() % 400 * 10
     local = tmp_path / "results" / "ds" / "trials" / "0"
     proc = host.start_detached(refserver_argv(port), {}, str(local), str(local / "server.log"), "tok-ds")
     try:
-        deadline = time.monotonic() + 20
-        while host.port_is_free(port):
-            assert time.monotonic() < deadline, "the reference server never listened"
-            time.sleep(0.05)
+        wait_for(lambda: not host.port_is_free(port), timeout=20)  # the reference server listens
         url = host.base_url(port)
         assert url != f"http://127.0.0.1:{port}"  # through the forward
         summary, samples, elapsed = level_with_a_crash(url, lambda: host.stop_group(proc, 0.0))

@@ -1,4 +1,4 @@
-"""Host leases and the study lock against a real PostgreSQL (tests/pg.py)."""
+"""Host leases and the study lock against a real PostgreSQL (tests/support/pg.py)."""
 
 from __future__ import annotations
 

@@ -15,11 +15,11 @@ from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import Launch, OutputCheck, parse_space
 from sweeper.trial.gate import OutputSample
 from sweeper.engines.llamacpp import LLAMACPP_INFO, LlamaCppEngine
-from sweeper.hosts.local import LocalHost
 from sweeper.hosts.procfs import live_group_members
-from sweeper.hosts.ssh import SSHHost
 from sweeper.trial.pipeline import Crashed, Ready, check_output, stop, wait_ready
-from tests.llamacpp import deep_gguf, llama_env, needs_llama_server, tiny_gguf  # noqa: F401
+from tests.support.hosts import local_host, ssh_host
+from tests.support.llamacpp import needs_llama_server
+from tests.support.ports import free_port_on
 
 pytestmark = [pytest.mark.slow, needs_llama_server]
 
@@ -31,13 +31,11 @@ def host(request, tmp_path):
     """This machine directly, or reached over SSH (the test sshd: the server's log is read, its
     process group stopped and its port probed through the connection)."""
     if request.param == "local":
-        h = LocalHost("local", HostSpec(transport="local"))
+        h = local_host()
     else:
         sshd = request.getfixturevalue("sshd")
         request.getfixturevalue("ssh_home")
-        entry = sshd.host_entry(tmp_path / "remote-work", gpus=0, gpu_gate="off",
-                                env={"PATH": "/usr/local/bin:/usr/bin:/bin"})
-        h = SSHHost("box", HostSpec(**entry))
+        h = ssh_host(sshd, tmp_path, gpus=0, gpu_gate="off", env={"PATH": "/usr/local/bin:/usr/bin:/bin"})
     yield h
     h.close()
 
@@ -48,7 +46,7 @@ def space_for(model, fixed: str = "{}"):
 
 
 def free_port(host) -> int:
-    return next(p for p in range(34000, 35000, 10) if host.port_is_free(p))
+    return free_port_on(host, 34000, step=10)
 
 
 def start(host, tmp_path, space, port, config=None):

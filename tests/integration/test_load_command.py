@@ -7,10 +7,10 @@ import json
 from typer.testing import CliRunner
 
 from sweeper.cli import app
-from tests.integration.test_loadgen_client import MODEL, serve  # noqa: F401  (the server fixture)
+from tests.support.fake_servers import MODEL
 
 
-def test_load_writes_bench_serving_records(serve, tmp_path):  # noqa: F811
+def test_load_writes_bench_serving_records(serve, tmp_path):
     server = serve(token_delay_s=0.005)
     out = tmp_path / "levels.json"
     result = CliRunner().invoke(app, [
@@ -32,7 +32,7 @@ def test_load_writes_bench_serving_records(serve, tmp_path):  # noqa: F811
     assert "out tok/s" in result.output
 
 
-def test_load_marks_a_short_server_invalid_and_exits_3(serve, tmp_path):  # noqa: F811
+def test_load_marks_a_short_server_invalid_and_exits_3(serve, tmp_path):
     server = serve(stop_after=2)
     out = tmp_path / "levels.json"
     result = CliRunner().invoke(app, ["load", server.base_url, "--concurrency", "2", "--output-len", "5",
@@ -43,7 +43,7 @@ def test_load_marks_a_short_server_invalid_and_exits_3(serve, tmp_path):  # noqa
     assert "fewer tokens than requested (e.g. 2 of 5)" in record["invalid_reason"]
 
 
-def test_load_chat_api(serve):  # noqa: F811
+def test_load_chat_api(serve):
     server = serve()
     result = CliRunner().invoke(app, ["load", server.base_url, "--concurrency", "2", "--api", "chat",
                                       "--output-len", "4", "--input-len", "5", "--model", MODEL])
@@ -51,12 +51,12 @@ def test_load_chat_api(serve):  # noqa: F811
     assert "messages" in server.state.payloads[0]
 
 
-def test_load_rejects_bad_levels(serve):  # noqa: F811
+def test_load_rejects_bad_levels(serve):
     result = CliRunner().invoke(app, ["load", "http://127.0.0.1:1", "--concurrency", "a,b", "--model", "m"])
     assert result.exit_code == 2
 
 
-def test_load_names_the_model_from_v1_models_when_none_is_given(serve):  # noqa: F811
+def test_load_names_the_model_from_v1_models_when_none_is_given(serve):
     server = serve()
     result = CliRunner().invoke(app, ["load", server.base_url, "--concurrency", "1", "--output-len", "3",
                                       "--input-len", "4"])

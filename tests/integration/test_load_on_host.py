@@ -1,4 +1,4 @@
-"""`load_from: host` over a real OpenSSH server (tests/sshd.py): the client's modules are shipped
+"""`load_from: host` over a real OpenSSH server (tests/support/sshd.py): the client's modules are shipped
 to the host and run there with the host's python, against the server's own port (not the SSH
 forward); the raw samples come back into the same LevelRun the controller would have measured."""
 
@@ -11,20 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.spec.hosts import HostSpec
 from sweeper.errors import UserError
-from sweeper.hosts.ssh import SSHHost
 from sweeper.loadgen.client import StreamOptions
 from sweeper.loadgen.metrics import summarize_level
 from sweeper.loadgen.onhost import host_can_load, host_runner, load_place
 from sweeper.loadgen.workload import build_prompt_token_ids
-from tests.integration.test_loadgen_client import MODEL, serve  # noqa: F401  (the server fixture)
+from tests.support.fake_servers import MODEL
+from tests.support.hosts import ssh_host
 
 BARE_PYTHON = "/usr/bin/python3"  # Debian's python: no aiohttp, no uvloop, nothing but the standard library
-
-
-def ssh_host(sshd, tmp_path, **extra) -> SSHHost:
-    return SSHHost("box", HostSpec(**sshd.host_entry(tmp_path / "work", **extra)))
 
 
 def server_port(server) -> int:

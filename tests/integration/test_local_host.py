@@ -10,6 +10,7 @@ import pytest
 from sweeper.spec.hosts import HostSpec
 from sweeper.hosts.local import LocalHost
 from sweeper.hosts.procfs import live_group_members
+from tests.support.waiting import wait_for
 
 # A "server" that forks two children which ignore SIGTERM, like schedulers that outlive their parent.
 STUBBORN = r"""
@@ -33,13 +34,6 @@ def host():
 def start(host, tmp_path, code=STUBBORN, token="tok-1"):
     return host.start_detached([sys.executable, "-c", code], {"EXTRA": "1"}, str(tmp_path),
                                str(tmp_path / "server.log"), token)
-
-
-def wait_for(predicate, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
 
 
 def test_detached_start_records_group_and_log(host, tmp_path):

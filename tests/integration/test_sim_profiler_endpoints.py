@@ -10,7 +10,7 @@ import requests
 from sweeper.loadgen.client import run_level
 from sweeper.loadgen.workload import build_prompt_token_ids
 from sweeper.profile.trace import SOURCE_GPU, group_shares, kernel_shares, load_trace
-from tests.integration.test_sim_server import BASELINE_FLAGS, launched
+from tests.support.sim import BASELINE_FLAGS, launched
 
 pytestmark = pytest.mark.slow
 

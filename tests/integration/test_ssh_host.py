@@ -1,4 +1,4 @@
-"""The SSH transport against a real OpenSSH server (tests/sshd.py): launch, watch, stop, GPU gate,
+"""The SSH transport against a real OpenSSH server (tests/support/sshd.py): launch, watch, stop, GPU gate,
 host keys, connection failures, and quoting of adversarial values. No mocks."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from sweeper.hosts.gate import GpuBusy, check_gpus_before_launch, wait_gpus_rele
 from sweeper.hosts.procfs import live_group_members
 from sweeper.hosts.ssh import SSHHost
 from sweeper.sim.gpumem import record_gpu_memory
+from tests.support.waiting import wait_for
 
 STUBBORN = r"""
 import os, signal, subprocess, sys, time
@@ -52,14 +53,6 @@ def trial_dir(tmp_path, n=0) -> Path:
 def start(host, tmp_path, argv, env=None, n=0, token="tok-1"):
     local = trial_dir(tmp_path, n)
     return host.start_detached(argv, env or {}, str(local), str(local / "server.log"), token)
-
-
-def wait_for(predicate, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
-    return value
 
 
 def test_detached_launch_watch_and_stop_leave_nothing(host, tmp_path):

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
 from dataclasses import dataclass, field
 
 import pytest
@@ -23,6 +21,7 @@ from sweeper.loadgen.client import LoadgenError, complete, run_level
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.loadgen.metrics import summarize_level
 from sweeper.trial.pipeline import build_level_prompts, build_stream_options, check_output
+from tests.support.fake_servers import ThreadedApp
 
 PINNED = "/models/moe"
 # transformers' TransformersCompletionCreateParamsStreaming keys that a load request can use
@@ -38,32 +37,14 @@ class Strictness:
     payloads: list[dict] = field(default_factory=list)
 
 
-class FakeTransformersServe:
+class FakeTransformersServe(ThreadedApp):
     def __init__(self, strict: Strictness) -> None:
+        super().__init__()
         self.strict = strict
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 
-    def __enter__(self) -> "FakeTransformersServe":
-        self.thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(timeout=5)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(timeout=5)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=5)
-
-    async def _start(self) -> None:
-        app = web.Application()
+    def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/health", lambda request: web.json_response({"status": "ok"}))
-        self.runner = web.AppRunner(app)
-        await self.runner.setup()
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        await web.SockSite(self.runner, sock).start()
-        self.base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()

@@ -8,18 +8,18 @@ import uuid
 
 import pytest
 
-from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import Launch
 from sweeper.engines.sglang import SGLANG_INFO
-from sweeper.hosts.local import LocalHost
 from sweeper.trial.pipeline import Crashed, TimedOut, wait_ready
+from tests.support.hosts import local_host
+from tests.support.ports import free_port_on
 
 FAST = Launch(ready_timeout_s=20, stall_timeout_s=3, stop_grace_s=1, poll_interval_s=0.2)
 
 
 @pytest.fixture
 def host():
-    h = LocalHost("local", HostSpec(transport="local"))
+    h = local_host()
     yield h
     h.close()
 
@@ -30,7 +30,7 @@ def launch(host, tmp_path, code):
 
 
 def free_port(host):
-    return next(p for p in range(33000, 34000) if host.port_is_free(p))
+    return free_port_on(host, 33000)
 
 
 def test_a_silent_exit_is_noticed_within_two_seconds(host, tmp_path):

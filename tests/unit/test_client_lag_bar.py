@@ -6,7 +6,7 @@ from pydantic import ValidationError
 from sweeper.spec.space import Workload
 from sweeper.loadgen.lag import LagStats
 from sweeper.loadgen.metrics import MAX_CLIENT_LAG_P99_MS, summarize_level
-from tests.unit.test_metrics import two_requests
+from tests.support.samples import two_requests
 
 LAGGED = LagStats(ticks=100, median_ms=3.0, p99_ms=40.0, max_ms=90.0)
 

@@ -7,7 +7,7 @@ import pytest
 from sweeper.spec.hosts import load_host
 from sweeper.spec.space import load_space, space_fingerprint
 from sweeper.errors import ConfigError
-from tests.conftest import DEMO_SPACE, ROOT
+from tests.support.paths import DEMO_SPACE, ROOT
 
 MINIMAL = """\
 name: t

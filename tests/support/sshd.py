@@ -1,6 +1,7 @@
 """A real OpenSSH server for tests: throwaway host and user keys, bound to 127.0.0.1 at a free port,
-started once per test session and stopped by its own recorded pid. The "remote" host is this
-machine: the simulator runs there through SSH, with an nvidia-smi stand-in on the host's PATH."""
+started once per test session (the `sshd` fixture, tests/conftest.py) and stopped by its own pid.
+The "remote" host is this machine: the simulator runs there through SSH, with an nvidia-smi
+stand-in on the host's PATH."""
 
 from __future__ import annotations
 
@@ -13,9 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import ROOT
+from tests.support.ports import free_port
 
 SSHD = "/usr/sbin/sshd"
 
@@ -90,10 +90,8 @@ def _socket_inodes_of_connection(server_port: int, client_port: int) -> set[int]
     return inodes
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def sshd_installed() -> bool:
+    return os.path.exists(SSHD) and shutil.which("ssh-keygen") is not None
 
 
 def _keygen(path: Path) -> Path:
@@ -112,15 +110,21 @@ sys.exit(main())
 """
 
 
-def start_sshd(folder: Path) -> tuple[SshServer, subprocess.Popen]:
-    host_key, user_key, other_key = (_keygen(folder / n) for n in ("host_ed25519", "user_ed25519", "other_ed25519"))
-    (folder / "authorized_keys").write_text(user_key.with_suffix(".pub").read_text())
+def install_stand_in(folder: Path) -> tuple[Path, Path]:
+    """<folder>/bin/nvidia-smi (the stand-in) and <folder>/gpu-state (its bookkeeping): (bin, state)."""
     bin_dir, state = folder / "bin", folder / "gpu-state"
     bin_dir.mkdir()
     state.mkdir()
     stand_in = bin_dir / "nvidia-smi"
     stand_in.write_text(STAND_IN.format(python=sys.executable, root=str(ROOT), state=str(state)))
     stand_in.chmod(0o755)
+    return bin_dir, state
+
+
+def start_sshd(folder: Path) -> tuple[SshServer, subprocess.Popen]:
+    host_key, user_key, other_key = (_keygen(folder / n) for n in ("host_ed25519", "user_ed25519", "other_ed25519"))
+    (folder / "authorized_keys").write_text(user_key.with_suffix(".pub").read_text())
+    bin_dir, state = install_stand_in(folder)
     port = free_port()
     config = folder / "sshd_config"
     config.write_text(f"""Port {port}
@@ -154,25 +158,3 @@ LogLevel ERROR
         if proc.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"sshd did not start: {(folder / 'sshd.log').read_text()[-500:]}")
         time.sleep(0.1)
-
-
-@pytest.fixture(scope="session")
-def sshd(tmp_path_factory) -> SshServer:
-    if not os.path.exists(SSHD) or shutil.which("ssh-keygen") is None:
-        pytest.skip("OpenSSH server not installed (make test-deps installs it)")
-    server, proc = start_sshd(tmp_path_factory.mktemp("sshd"))
-    yield server
-    proc.terminate()  # by its own pid, never by name
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-@pytest.fixture
-def ssh_home(sshd, isolated_home, monkeypatch) -> Path:
-    """A home that trusts the test sshd's host key, without ssh-agent."""
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-    sshd.trust(isolated_home)
-    return isolated_home

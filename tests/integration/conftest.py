@@ -1,7 +1,5 @@
-"""Helpers for tests against the real llama-server: where the binary is, a small model, a free port.
-
-The binary is found when this module is imported, before the isolated-home fixture changes HOME:
-`$SWEEPER_LLAMA_SERVER`, else the build script's cache path (`make llama-server` builds it)."""
+"""Fixtures for the integration tests: the fake completion server and the small random models the
+real llama-server loads (the code behind them is in tests/support/)."""
 
 from __future__ import annotations
 
@@ -9,14 +7,25 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.engines.llamacpp import BINARY_ENV, llama_server_path
+from sweeper.engines.llamacpp import BINARY_ENV
 from sweeper.models.random_gguf import write_random_gguf
+from tests.support.fake_servers import Behaviour, FakeCompletionServer
+from tests.support.llamacpp import LLAMA_SERVER
 
-LLAMA_SERVER = llama_server_path()
 
-needs_llama_server = pytest.mark.skipif(
-    not Path(LLAMA_SERVER).is_file(),
-    reason=f"llama-server not built at {LLAMA_SERVER} (make llama-server, or set {BINARY_ENV})")
+@pytest.fixture
+def serve():
+    """start(**behaviour) -> a running FakeCompletionServer; all of them stop after the test."""
+    servers: list[FakeCompletionServer] = []
+
+    def start(**behaviour) -> FakeCompletionServer:
+        server = FakeCompletionServer(Behaviour(**behaviour)).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -42,12 +51,3 @@ def llama_env(monkeypatch) -> str:
     """Point sweeper (in this process and its children) at the binary."""
     monkeypatch.setenv(BINARY_ENV, LLAMA_SERVER)
     return LLAMA_SERVER
-
-
-@pytest.fixture(scope="session")
-def small_gguf(tmp_path_factory) -> Path:
-    """8 layers x 512, f16: ~133 MB, slow enough per token (a few hundred tok/s on 2 cores) that
-    the load generator is not the bottleneck and the levers show."""
-    path = tmp_path_factory.mktemp("models") / "random-8x512.gguf"
-    write_random_gguf(path, 8, 512, seed=0)
-    return path

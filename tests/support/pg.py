@@ -3,7 +3,7 @@ port, started once per test session and stopped with `pg_ctl stop` on its own da
 
 initdb refuses to run as root, so when the tests run as root the cluster belongs to an
 unprivileged user (`postgres`, which the Debian package creates) and every server command runs
-through `runuser`. Each test gets a database of its own (`pg_database`)."""
+through `runuser`. Each test gets a database of its own (the `pg_url` fixture in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
-from tests.sshd import free_port
+from tests.support.ports import free_port
 
 CLUSTER_USER = "postgres"
 
@@ -92,20 +90,3 @@ def start_cluster() -> PgCluster:
         log = (root / "server.log").read_text()[-800:] if (root / "server.log").exists() else ""
         raise RuntimeError(f"PostgreSQL did not start: {started.stderr} {log}")
     return cluster
-
-
-@pytest.fixture(scope="session")
-def pg_cluster() -> PgCluster:
-    pytest.importorskip("psycopg", reason="pip install -e '.[test]' installs psycopg")
-    try:
-        cluster = start_cluster()
-    except NoPostgres as exc:
-        pytest.skip(str(exc))
-    yield cluster
-    cluster.stop()
-
-
-@pytest.fixture
-def pg_url(pg_cluster) -> str:
-    """A fresh, empty database of the session's cluster."""
-    return pg_cluster.create_database()

@@ -1,0 +1,6 @@
+"""Where the checkout and its shipped files are."""
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO_SPACE = ROOT / "search_spaces" / "demo-sim.yaml"
