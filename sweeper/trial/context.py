@@ -46,7 +46,6 @@ class TrialContext:
     host: Host
     host_spec: HostSpec
     trial_dir: Path
-    reference_text: str | None = None  # unused since the correctness gate; kept for old callers
     reference_samples: Sequence[OutputSample] | None = None  # the study's reference outputs
     on_stage: Callable[[str], None] = lambda stage: None
     on_started: Callable[[ServerProcess], None] = lambda proc: None

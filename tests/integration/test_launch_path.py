@@ -17,6 +17,8 @@ from sweeper.hosts.procfs import live_group_members
 from sweeper.profile.run import ProfileContext, ProfileRequest, profile_config
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import parse_space
+from sweeper.trial.context import TrialContext, TrialOutcome
+from sweeper.trial.launch import launched_server
 
 # The workload sets no stall timeout (the default): the launch's 2 s must apply. Its request
 # timeout is short so that a stalled request without the fallback fails in 30 s, not 600.
@@ -71,3 +73,16 @@ def test_a_hang_while_profiling_with_the_default_workload_is_caught(host, tmp_pa
     assert isinstance(raised, UserError) and "hung" in str(raised), raised
     pgid = json.loads((tmp_path / "profile" / "process.json").read_text())["pgid"]
     assert live_group_members(pgid) == []  # the server was stopped
+
+
+def test_launched_server_stops_its_server_when_the_block_is_interrupted(host, tmp_path):
+    ctx = TrialContext(space=SPACE, engine=get_engine("sim"), host=host, host_spec=host.spec, trial_dir=tmp_path)
+    outcome = TrialOutcome(config={"hang_after": 100000})
+    with pytest.raises(KeyboardInterrupt):
+        with launched_server(ctx, outcome.config, outcome) as server:
+            assert server is not None and server.still_alive()
+            assert (server.model, server.stall_timeout_s) == (SPACE.model, SPACE.launch.stall_timeout_s)
+            raise KeyboardInterrupt  # as Ctrl-C mid-load
+    assert live_group_members(server.proc.pgid) == []
+    assert json.loads((tmp_path / "stop.json").read_text())["was_running"] is True
+    assert list(outcome.stage_seconds) == ["preflight", "launch", "wait_ready", "stop"]
