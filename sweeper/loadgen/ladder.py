@@ -17,6 +17,7 @@ from sweeper.loadgen.endpoints import APIS, Api
 from sweeper.loadgen.metrics import MAX_CLIENT_LAG_P99_MS, combine_repeats, summarize_level
 from sweeper.loadgen.workload import arrival_offsets_s, build_prompt_texts, build_prompt_token_ids
 from sweeper.outcomes import LevelMetrics
+from sweeper.spec.space import Workload
 
 # What `sweeper load --json` writes per level, in this order: bench_serving's names.
 RECORD_KEYS = (
@@ -53,9 +54,9 @@ class LoadPlan:
     options: StreamOptions = field(default_factory=StreamOptions)
 
     @classmethod
-    def from_workload(cls, workload: Any, options: StreamOptions, time_scale: float = 1.0,
+    def from_workload(cls, workload: Workload, options: StreamOptions, time_scale: float = 1.0,
                       text_prompts: bool = False) -> "LoadPlan":
-        """A space's workload (spec.space.Workload) as a plan, sent with `options`."""
+        """A space's workload as a plan, sent with `options`."""
         return cls(concurrency=tuple(workload.concurrency), input_len=workload.input_len,
                    output_len=workload.output_len, requests_per_level=workload.requests_per_level,
                    min_rounds=workload.min_rounds, warmup_rounds=workload.warmup_rounds,
