@@ -212,73 +212,76 @@ def load(
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
     """Measure a running server with sweeper's client and metrics; launches nothing."""
-    import json as json_module
-
     from sweeper.loadgen.client import StreamOptions
-    from sweeper.loadgen.endpoints import APIS
-    from sweeper.loadgen.ladder import LoadPlan, bench_serving_record, discover_model, run_load
+    from sweeper.loadgen.ladder import LoadPlan, parse_api, parse_levels, run_load, write_load_records
     from sweeper.loadgen.workload import tokenizer_from_file
 
     with user_errors():
-        try:
-            levels = tuple(int(c) for c in concurrency.split(","))
-        except ValueError:
-            raise UserError(f"--concurrency: expected numbers like 1,4,16, got {concurrency!r}") from None
-        if not levels or min(levels) < 1:
-            raise UserError("--concurrency: levels must be >= 1")
-        if api not in APIS:
-            raise UserError(f"--api: one of {', '.join(APIS)}, got {api!r}")
-        if not model:
-            try:
-                model = discover_model(url)
-            except ValueError as exc:
-                raise UserError(str(exc)) from None
+        levels, api_name = parse_levels(concurrency), parse_api(api)
+        model = model or _discovered_model(url)
         plan = LoadPlan(
             concurrency=levels, input_len=input_len, output_len=output_len,
             requests_per_level=requests_per_level, repeats=repeats, seed=seed,
             request_rate=request_rate or None, poisson=not fixed_rate,
             slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, time_scale=time_scale,
             tokenizer=tokenizer_from_file(str(tokenizer)) if tokenizer else None,
-            options=StreamOptions(api=api, timeout_s=timeout, stall_timeout_s=stall_timeout,
+            options=StreamOptions(api=api_name, timeout_s=timeout, stall_timeout_s=stall_timeout,
                                   min_tokens=min_tokens, continuous_usage=continuous_usage),
         )
         if engine is not None:
-            from dataclasses import replace
-
-            from sweeper.engines import ENGINES, get_engine
-            from sweeper.loadgen.client import fit_to_dialect
-
-            if engine not in ENGINES:
-                raise UserError(f"--engine: one of {', '.join(sorted(ENGINES))}, got {engine!r}")
-            plan = replace(plan, options=fit_to_dialect(plan.options, get_engine(engine).info.dialect))
+            plan = _fitted_to_engine(plan, engine)
         table = Table(title=f"{url}  model {model}  input {input_len}  output {output_len}")
         for name in ("C", "completed", "out tok/s", "total tok/s", "req/s", "TTFT p50/p99 ms",
                      "ITL p50/p99 ms", "TPOT p50 ms", "e2e p50 ms", "achieved C", "goodput", "valid"):
             table.add_column(name, justify="right")
 
         def show_level(level: int, m: dict) -> None:
-            goodput = "-" if m.get("request_goodput") is None else f"{m['request_goodput']:.2f}"
-            verdict = "[green]yes[/]" if m["valid"] else "[red]no[/]: " + "; ".join(m["invalid_reasons"])
-            if m.get("unstable"):
-                verdict += f" [yellow](unstable, CV {m['cv_output_throughput']:.1%})[/]"
-            if m.get("coarse_stream"):
-                verdict += f" [yellow](coarse stream, {m['tokens_per_chunk']:.1f} tokens per chunk)[/]"
-            table.add_row(str(level), f"{m['completed']}/{m['completed'] + m['failed']}",
-                          f"{m['output_throughput']:.1f}", f"{m['total_throughput']:.1f}",
-                          f"{m['request_throughput']:.2f}",
-                          f"{m['median_ttft_ms']:.1f}/{m['p99_ttft_ms']:.1f}",
-                          f"{m['median_itl_ms']:.2f}/{m['p99_itl_ms']:.2f}", f"{m['median_tpot_ms']:.2f}",
-                          f"{m['median_e2e_latency_ms']:.0f}", f"{m['concurrency']:.2f}", goodput, verdict)
+            table.add_row(*_load_row(level, m))
             err.print(f"C={level}: {m['output_throughput']:.1f} output tok/s", highlight=False)
 
         results = run_load(url, model, plan, on_level=show_level)
         console.print(table)
         if json_path:
-            records = [bench_serving_record(m) for m in results]
-            json_path.write_text(json_module.dumps(records, indent=2) + "\n")
+            write_load_records(json_path, results)
             console.print(f"wrote {json_path}")
         if not all(m["valid"] for m in results):
             raise typer.Exit(3)
+
+
+def _discovered_model(url: str) -> str:
+    from sweeper.loadgen.ladder import discover_model
+
+    try:
+        return discover_model(url)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _fitted_to_engine(plan, engine: str):
+    """The plan's requests limited to what this engine's server accepts (`--engine`)."""
+    from dataclasses import replace
+
+    from sweeper.engines import ENGINES, get_engine
+    from sweeper.loadgen.client import fit_to_dialect
+
+    if engine not in ENGINES:
+        raise UserError(f"--engine: one of {', '.join(sorted(ENGINES))}, got {engine!r}")
+    return replace(plan, options=fit_to_dialect(plan.options, get_engine(engine).info.dialect))
+
+
+def _load_row(level: int, m: dict) -> list[str]:
+    """One level of `sweeper load`'s table."""
+    goodput = "-" if m.get("request_goodput") is None else f"{m['request_goodput']:.2f}"
+    verdict = "[green]yes[/]" if m["valid"] else "[red]no[/]: " + "; ".join(m["invalid_reasons"])
+    if m.get("unstable"):
+        verdict += f" [yellow](unstable, CV {m['cv_output_throughput']:.1%})[/]"
+    if m.get("coarse_stream"):
+        verdict += f" [yellow](coarse stream, {m['tokens_per_chunk']:.1f} tokens per chunk)[/]"
+    return [str(level), f"{m['completed']}/{m['completed'] + m['failed']}",
+            f"{m['output_throughput']:.1f}", f"{m['total_throughput']:.1f}", f"{m['request_throughput']:.2f}",
+            f"{m['median_ttft_ms']:.1f}/{m['p99_ttft_ms']:.1f}",
+            f"{m['median_itl_ms']:.2f}/{m['p99_itl_ms']:.2f}", f"{m['median_tpot_ms']:.2f}",
+            f"{m['median_e2e_latency_ms']:.0f}", f"{m['concurrency']:.2f}", goodput, verdict]
 
 
 @app.command()

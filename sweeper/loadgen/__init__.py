@@ -1,1 +1,15 @@
-"""Load generator: seeded prompts (workload), streaming client (client), statistics (metrics)."""
+"""Load generator: seeded prompts, a streaming client of our own, statistics, the level loop.
+
+- workload.py   seeded prompts (token ids or text of a length) and open-loop arrival schedules
+- endpoints.py  request bodies and URLs per API (completions, chat, SGLang's /generate), dialects
+- client.py     the async send loops (closed loop, open loop), one-shot completions, GETs
+- stream.py     a streamed reply parsed as it arrives: events counted into a per-request tally
+- sse.py        server-sent-events framing of raw reads into `data:` payloads
+- http1.py      the lean HTTP/1.1 client with kept connections; sockio.py its socket layer
+- lag.py        the client's own event-loop lag, measured during every run
+- metrics.py    pure statistics of a level (bench_serving's definitions), repeats combined
+- ladder.py     the level loop (warmup, repeats, hooks) for the sweep and `sweeper load`
+- onhost.py     running a level next to the server (shipped modules, hostmain.py its entry)
+- native.py     engine-native benchmark results (bench_serving, vllm bench) read into level records
+- direct.py     control-plane requests that bypass HTTP(S)_PROXY
+"""

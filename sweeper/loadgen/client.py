@@ -6,8 +6,8 @@ starts when it is sent, its TTFT ends at the first chunk carrying non-empty text
 non-empty chunk is one inter-token step. Every level run also measures the client's own event-loop
 lag (lag.py), so a level the client could not keep up with is marked invalid, not believed.
 
-HTTP is our own lean HTTP/1.1 client (http1.py): each read of a stream is parsed in the socket's
-callback, no coroutine wakes per chunk, and a request's start is the moment its bytes are written
+HTTP is our own lean HTTP/1.1 client (http1.py): each read of a stream is parsed (stream.py) in the
+socket's callback, no coroutine wakes per chunk, and a request's start is the moment its bytes are written
 to an open connection. On one core it held every accuracy bound up to ~58,000 streamed tok/s;
 aiohttp's TTFT was 0.7 ms late at 20,000 (bench/README.md, "Third pass").
 
@@ -29,17 +29,14 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Coroutine, TypeVar
 
-from sweeper.loadgen.endpoints import Api, RequestDialect, build_request_body, choice_text, endpoint_url
-from sweeper.loadgen.http1 import (ENOUGH, MORE, STOP, BufferSink, HttpError, Pool, RequestTimeout,
-                                   StaleConnection, Stalled)
+from sweeper.loadgen.endpoints import Api, RequestDialect, build_request_body, endpoint_url
+from sweeper.loadgen.http1 import BufferSink, HttpError, Pool, RequestTimeout, StaleConnection, Stalled
 from sweeper.loadgen.lag import LagStats, LoopLagMonitor
-from sweeper.loadgen.sse import SseDataDecoder
+from sweeper.loadgen.stream import ERROR_BODY_CHARS, StreamSink, StreamTally
 
-ERROR_BODY_CHARS = 200
+_StreamTally = StreamTally  # the name bench/other_clients.py imports
 T = TypeVar("T")
-_decode_json = json.JSONDecoder().decode  # json.loads minus its per-call argument checks
 JSON_HEADERS = {"Content-Type": "application/json"}
-ERROR_BODY_BYTES = 64 * 1024  # of a non-200 reply's body: enough for its message
 
 
 class LoadgenError(Exception):
@@ -81,133 +78,6 @@ class CompletionResult:
     text: str
     completion_tokens: int  # from the server's usage; -1 when the server reported none
     raw: dict
-
-
-@dataclass
-class _StreamTally:
-    """Accumulates the chunks of one completion stream."""
-
-    chunk_times: list[float] = field(default_factory=list)
-    chunk_tokens: list[int] = field(default_factory=list)
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    error: str = ""
-    coalesced: bool = False  # events of one read are one chunk; counts come from the final usage
-    tokens_estimated: bool = False
-    done_at: float | None = None  # when [DONE] arrived (the body's end is read after it)
-    _held_tokens: int = 0  # tokens of empty-text chunks not yet attributed
-    _cumulative: int = 0  # last per-chunk cumulative completion_tokens seen
-    _text_length: int = 0  # /generate: length of the cumulative text so far
-
-    def add(self, event: dict, now: float) -> None:
-        usage = event.get("usage")
-        choices = event.get("choices")
-        if choices and not usage and not self.coalesced and not event.get("error") and event.get("object") != "error":
-            choice = choices[0]
-            text = choice.get("text")
-            if text and text.__class__ is str and "token_ids" not in choice:
-                # Nearly every event: a completion chunk of text without usage, one token. The
-                # general path below gives the same; this one runs per token, so it is short.
-                self.chunk_times.append(now)
-                self.chunk_tokens.append(1 + self._held_tokens)
-                self._held_tokens = 0
-                return
-        if event.get("error") or event.get("object") == "error":
-            detail = json.dumps(event.get("error", event))
-            self.error = f"error in stream: {detail[:ERROR_BODY_CHARS]}"
-            return
-        if "meta_info" in event:
-            self._add_native(event, now)
-            return
-        usage = usage or {}
-        if choices:
-            self._add_choice(choices[0], usage, now)
-        if isinstance(usage.get("completion_tokens"), int):
-            self.completion_tokens = usage["completion_tokens"]
-        if isinstance(usage.get("prompt_tokens"), int):
-            self.prompt_tokens = usage["prompt_tokens"]
-
-    def _add_native(self, event: dict, now: float) -> None:
-        """An SGLang /generate event: the text so far (cumulative, SGLang's default and what
-        bench_serving assumes) and meta_info's cumulative completion_tokens. An event that adds
-        no text holds its tokens for the next that does, as an empty OpenAI chunk does."""
-        meta = event.get("meta_info") or {}
-        total = meta.get("completion_tokens")
-        if isinstance(total, int):
-            tokens, self._cumulative = max(total - self._cumulative, 0), max(total, self._cumulative)
-            self.completion_tokens = total
-        else:
-            tokens = 1
-        if isinstance(meta.get("prompt_tokens"), int):
-            self.prompt_tokens = meta["prompt_tokens"]
-        text = event.get("text")
-        length = len(text) if isinstance(text, str) else 0
-        if length <= self._text_length:
-            self._held_tokens += tokens
-            return
-        self._text_length = length
-        self.chunk_times.append(now)
-        self.chunk_tokens.append(max(tokens + self._held_tokens, 1))
-        self._held_tokens = 0
-
-    def _add_choice(self, choice: dict, usage: dict, now: float) -> None:
-        tokens = self._tokens_in_event(choice, usage)
-        if not choice_text(choice):
-            # SGLang emits empty-text chunks while the detokenizer holds back an incomplete
-            # character; those tokens arrive with the next non-empty chunk.
-            self._held_tokens += tokens
-            return
-        if self.coalesced and self.chunk_times and self.chunk_times[-1] == now:
-            self.chunk_tokens[-1] += max(tokens + self._held_tokens, 1)  # same read: same instant
-        else:
-            self.chunk_times.append(now)
-            self.chunk_tokens.append(max(tokens + self._held_tokens, 1))
-        self._held_tokens = 0
-
-    def finish(self) -> None:
-        """For a coalescing server: tokens the usage counts beyond the events seen (held back by
-        its detokenizer, or several per event) are spread evenly over the chunks, so ITL spreads a
-        chunk's gap over its tokens. Fewer usage tokens than events stays a mismatch."""
-        counted = sum(self.chunk_tokens)
-        if not (self.coalesced and self.chunk_tokens and self.completion_tokens is not None):
-            return
-        surplus = self.completion_tokens - counted
-        if surplus <= 0:
-            return
-        n = len(self.chunk_tokens)
-        base, extra = divmod(surplus, n)
-        self.chunk_tokens = [t + base + (1 if i >= n - extra else 0) for i, t in enumerate(self.chunk_tokens)]
-        self.tokens_estimated = True
-
-    def _tokens_in_event(self, choice: dict, usage: dict) -> int:
-        # Per-chunk usage (continuous_usage_stats) or token_ids say exactly how many tokens a
-        # chunk carries when the server coalesces several steps; without them, one per event.
-        cumulative = usage.get("completion_tokens")
-        if isinstance(cumulative, int):
-            tokens, self._cumulative = cumulative - self._cumulative, cumulative
-            return max(tokens, 0)
-        token_ids = choice.get("token_ids")
-        if isinstance(token_ids, list):
-            return len(token_ids)
-        delta = choice.get("delta")
-        if isinstance(delta, dict) and not delta.get("content") and (
-            delta.get("role") or delta.get("content") is None
-        ):
-            return 0  # a chat stream's opening role chunk or closing empty delta carries no token
-        return 1
-
-
-def build_completion_payload(
-    model: str, prompt: str | list[int], max_tokens: int, *, stream: bool, extra_body: dict | None
-) -> dict[str, Any]:
-    """/v1/completions body: greedy; streamed load requests also ignore EOS (endpoints.py)."""
-    return build_request_body(
-        "completions", model, prompt, max_tokens, stream=stream, extra_body=extra_body
-    )
-
-
-def build_completions_url(base_url: str) -> str:
-    return endpoint_url(base_url, "completions")
 
 
 @dataclass(frozen=True)
@@ -449,62 +319,10 @@ async def _send_streaming(
     )
 
 
-class _StreamSink:
-    """One streamed response into a tally. http1 calls body() from the socket's read callback, so
-    each read's events are decoded right there: no coroutine wakes per chunk."""
-
-    __slots__ = ("tally", "decoder", "start", "status", "done", "_error_parts", "_error_size")
-
-    def __init__(self, tally: _StreamTally) -> None:
-        self.tally = tally
-        self.decoder = SseDataDecoder()
-        self.start = time.perf_counter()  # until sent() says when the request was written
-        self.status = 0
-        self.done = False
-        self._error_parts: list[bytes] = []
-        self._error_size = 0
-
-    def sent(self, at: float) -> None:
-        self.start = at
-
-    def head(self, status: int, headers: dict[str, str]) -> None:
-        self.status = status
-
-    def body(self, data: bytes, now: float) -> int:
-        if self.status != 200:  # an error reply: keep its message, not an endless body
-            self._error_parts.append(data)
-            self._error_size += len(data)
-            return STOP if self._error_size >= ERROR_BODY_BYTES else MORE
-        if self.done:
-            return ENOUGH
-        tally = self.tally
-        for payload_text in self.decoder.feed(data):
-            if payload_text == "[DONE]":
-                tally.done_at, self.done = now, True
-                return ENOUGH
-            tally.add(_decode_json(payload_text), now)
-            if tally.error:
-                return STOP
-        return MORE
-
-    def outcome(self) -> str:
-        """After the response: an error text, or "" when the stream was good."""
-        if self.status != 200:
-            text = b"".join(self._error_parts).decode("utf-8", "replace")
-            return f"HTTP {self.status}: {text[:ERROR_BODY_CHARS]}"
-        if not self.done and not self.tally.error:
-            for payload_text in self.decoder.flush():
-                if payload_text != "[DONE]":
-                    self.tally.add(json.loads(payload_text), time.perf_counter())
-        if not self.tally.error:
-            self.tally.finish()
-        return self.tally.error
-
-
-async def _attempt(pool: Pool, url: str, body: bytes, opts: StreamOptions, fresh: bool) -> tuple[_StreamSink, str]:
+async def _attempt(pool: Pool, url: str, body: bytes, opts: StreamOptions, fresh: bool) -> tuple[StreamSink, str]:
     """Send once: the stream as read and an error text ("" on success). Raises StaleConnection
     when it met a kept connection the server had closed."""
-    stream = _StreamSink(_StreamTally(coalesced=opts.coalesced_stream))
+    stream = StreamSink(StreamTally(coalesced=opts.coalesced_stream))
     try:
         await pool.request("POST", url, body, stream, headers=JSON_HEADERS, timeout_s=opts.timeout_s,
                            stall_s=opts.stall_timeout_s, fresh=fresh)

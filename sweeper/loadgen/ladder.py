@@ -1,16 +1,23 @@
-"""A load ladder against a server that is already up (`sweeper load`): warm up, measure each level
-(repeats, median kept), and turn each level into a bench_serving-named record. Launches nothing.
+"""The level loop, once: for each concurrency level a warmup (not measured), then `repeats`
+measured runs with fresh prompts (no prefix-cache hits), the median repeat kept with the repeats'
+CV. The sweep (trial/ladder.py) and `sweeper load` (a server already up; launches nothing) both run
+it; what differs between them (sample files, the watchdog, judging a level) comes in as hooks.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Callable
 
+from sweeper.errors import UserError
 from sweeper.loadgen.client import LevelRun, StreamOptions, get, run_closed_loop, run_measured, run_open_loop
-from sweeper.loadgen.metrics import combine_repeats, summarize_level
+from sweeper.loadgen.endpoints import APIS, Api
+from sweeper.loadgen.metrics import MAX_CLIENT_LAG_P99_MS, combine_repeats, summarize_level
 from sweeper.loadgen.workload import arrival_offsets_s, build_prompt_texts, build_prompt_token_ids
+from sweeper.outcomes import LevelMetrics
+from sweeper.spec.space import Workload
 
 # What `sweeper load --json` writes per level, in this order: bench_serving's names.
 RECORD_KEYS = (
@@ -40,12 +47,89 @@ class LoadPlan:
     poisson: bool = True
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
+    max_client_lag_ms: float = MAX_CLIENT_LAG_P99_MS
     time_scale: float = 1.0
     tokenizer: Any | None = None  # text prompts of exact length (workload.tokenizer_from_file)
+    text_prompts: bool = False  # text even for completions (a server that takes no token ids)
     options: StreamOptions = field(default_factory=StreamOptions)
+
+    @classmethod
+    def from_workload(cls, workload: Workload, options: StreamOptions, time_scale: float = 1.0,
+                      text_prompts: bool = False) -> "LoadPlan":
+        """A space's workload as a plan, sent with `options`."""
+        return cls(concurrency=tuple(workload.concurrency), input_len=workload.input_len,
+                   output_len=workload.output_len, requests_per_level=workload.requests_per_level,
+                   min_rounds=workload.min_rounds, warmup_rounds=workload.warmup_rounds,
+                   repeats=workload.repeats, seed=workload.seed, slo_ttft_ms=workload.slo_ttft_ms,
+                   slo_tpot_ms=workload.slo_tpot_ms, max_client_lag_ms=workload.max_client_lag_ms,
+                   time_scale=time_scale, text_prompts=text_prompts, options=options)
 
     def requests_at(self, concurrency: int) -> int:
         return max(self.requests_per_level, self.min_rounds * concurrency)
+
+
+@dataclass(frozen=True)
+class Stop:
+    """A hook's word that the ladder ends with `verdict` (handed back to the caller); with
+    keep_level, the level's runs so far are still summarized and kept."""
+
+    verdict: Any
+    keep_level: bool = False
+
+
+class LadderHooks:
+    """What a caller adds to the loop; these defaults add nothing."""
+
+    def warmup_done(self, concurrency: int, run: LevelRun) -> Stop | None:
+        return None
+
+    def run_done(self, concurrency: int, repeat: int, run: LevelRun) -> Stop | None:
+        return None
+
+    def level_fields(self, concurrency: int) -> dict[str, Any]:
+        """Keys added to each level's metrics."""
+        return {}
+
+    def level_done(self, concurrency: int, metrics: LevelMetrics) -> Stop | None:
+        return None
+
+
+Send = Callable[[list, int], LevelRun]  # (prompts, concurrency) -> the run
+
+
+def run_ladder(plan: LoadPlan, send: Send, hooks: LadderHooks = LadderHooks()
+               ) -> tuple[dict[int, LevelMetrics], Any | None]:
+    """Each level of the plan in turn: (levels measured, the verdict of the hook that stopped
+    the ladder or None)."""
+    levels: dict[int, LevelMetrics] = {}
+    for concurrency in plan.concurrency:
+        warmup = build_prompts(plan, plan.warmup_rounds * concurrency, plan.seed + 10_000 + concurrency)
+        if warmup and (stop := hooks.warmup_done(concurrency, send(warmup, concurrency))):
+            return levels, stop.verdict
+        summaries, stop = [], None
+        for repeat in range(plan.repeats):
+            prompts = build_prompts(plan, plan.requests_at(concurrency), plan.seed + concurrency + 100_000 * repeat)
+            run = send(prompts, concurrency)
+            stop = hooks.run_done(concurrency, repeat, run)
+            if stop and not stop.keep_level:
+                return levels, stop.verdict
+            summaries.append(summarize_run(plan, concurrency, run))
+            if stop:
+                break
+        metrics = combine_repeats(summaries)
+        metrics.update(hooks.level_fields(concurrency))
+        levels[concurrency] = metrics
+        if stop := stop or hooks.level_done(concurrency, metrics):
+            return levels, stop.verdict
+    return levels, None
+
+
+def summarize_run(plan: LoadPlan, concurrency: int, run: LevelRun) -> LevelMetrics:
+    """One measured run's metrics; an open-loop run has no target concurrency."""
+    return summarize_level(run.samples, concurrency if plan.request_rate is None else None, run.duration_s,
+                           time_scale=plan.time_scale, requested_output_len=plan.output_len, lag=run.lag,
+                           slo_ttft_ms=plan.slo_ttft_ms, slo_tpot_ms=plan.slo_tpot_ms,
+                           max_client_lag_ms=plan.max_client_lag_ms)
 
 
 def discover_model(base_url: str, timeout_s: float = 10.0) -> str:
@@ -60,50 +144,74 @@ def discover_model(base_url: str, timeout_s: float = 10.0) -> str:
                          f"{exc}); pass --model") from exc
 
 
+def parse_levels(text: str) -> tuple[int, ...]:
+    """`--concurrency 1,4,16` as levels."""
+    try:
+        levels = tuple(int(c) for c in text.split(","))
+    except ValueError:
+        raise UserError(f"--concurrency: expected numbers like 1,4,16, got {text!r}") from None
+    if not levels or min(levels) < 1:
+        raise UserError("--concurrency: levels must be >= 1")
+    return levels
+
+
+def parse_api(text: str) -> Api:
+    if text not in APIS:
+        raise UserError(f"--api: one of {', '.join(APIS)}, got {text!r}")
+    return text  # type: ignore[return-value]
+
+
 def build_prompts(plan: LoadPlan, n: int, seed: int) -> list[list[int]] | list[str]:
-    """Token ids for completions without a tokenizer; text for chat or with a tokenizer."""
-    if plan.options.api == "chat" or plan.tokenizer is not None:
+    """Token ids where the server takes them (exact input length); text for chat, for a server
+    that takes only text, or with a tokenizer (exact length then too)."""
+    if plan.options.api == "chat" or plan.text_prompts or plan.tokenizer is not None:
         return build_prompt_texts(n, plan.input_len, seed, tokenizer=plan.tokenizer)
     return build_prompt_token_ids(n, plan.input_len, seed)
 
 
-def run_once(base_url: str, model: str, plan: LoadPlan, concurrency: int, prompts: list) -> LevelRun:
-    if plan.request_rate is None:
-        return run_measured(run_closed_loop(base_url, model, prompts, plan.output_len, concurrency,
-                                           options=plan.options))
-    offsets = arrival_offsets_s(len(prompts), plan.request_rate, poisson=plan.poisson, seed=plan.seed)
-    return run_measured(run_open_loop(base_url, model, prompts, plan.output_len, offsets,
-                                     max_concurrency=concurrency, options=plan.options))
+def closed_or_open_loop(base_url: str, model: str, plan: LoadPlan) -> Send:
+    """`sweeper load`'s sender: closed loop at C, or open loop at the plan's rate capped at C."""
+    def send(prompts: list, concurrency: int) -> LevelRun:
+        if plan.request_rate is None:
+            return run_measured(run_closed_loop(base_url, model, prompts, plan.output_len, concurrency,
+                                               options=plan.options))
+        offsets = arrival_offsets_s(len(prompts), plan.request_rate, poisson=plan.poisson, seed=plan.seed)
+        return run_measured(run_open_loop(base_url, model, prompts, plan.output_len, offsets,
+                                         max_concurrency=concurrency, options=plan.options))
+
+    return send
 
 
-def measure_level(base_url: str, model: str, plan: LoadPlan, concurrency: int) -> dict:
-    """Warmup (not measured), then `repeats` measured runs with fresh prompts; the median kept."""
-    warmup = build_prompts(plan, plan.warmup_rounds * concurrency, plan.seed + 10_000 + concurrency)
-    if warmup:
-        run_once(base_url, model, plan, concurrency, warmup)
-    summaries = []
-    for repeat in range(plan.repeats):
-        prompts = build_prompts(plan, plan.requests_at(concurrency),
-                                plan.seed + concurrency + 100_000 * repeat)
-        run = run_once(base_url, model, plan, concurrency, prompts)
-        summaries.append(summarize_level(
-            run.samples, concurrency if plan.request_rate is None else None, run.duration_s,
-            time_scale=plan.time_scale, requested_output_len=plan.output_len, lag=run.lag,
-            slo_ttft_ms=plan.slo_ttft_ms, slo_tpot_ms=plan.slo_tpot_ms))
-    metrics = combine_repeats(summaries)
-    metrics["max_concurrent_requests"] = concurrency
-    metrics["request_rate"] = plan.request_rate
-    return metrics
+class LoadCommandHooks(LadderHooks):
+    """`sweeper load`: each level names its target and rate, and is shown as it is measured."""
+
+    def __init__(self, plan: LoadPlan, on_level: Callable[[int, LevelMetrics], None]) -> None:
+        self.plan, self.on_level = plan, on_level
+
+    def level_fields(self, concurrency: int) -> dict[str, Any]:
+        return {"max_concurrent_requests": concurrency, "request_rate": self.plan.request_rate}
+
+    def level_done(self, concurrency: int, metrics: LevelMetrics) -> None:
+        self.on_level(concurrency, metrics)
+
+
+def measure_level(base_url: str, model: str, plan: LoadPlan, concurrency: int) -> LevelMetrics:
+    """One level of `sweeper load`: warmup, then `repeats` measured runs; the median kept."""
+    levels, _ = run_ladder(replace(plan, concurrency=(concurrency,)), closed_or_open_loop(base_url, model, plan),
+                           LoadCommandHooks(plan, lambda c, m: None))
+    return levels[concurrency]
 
 
 def run_load(base_url: str, model: str, plan: LoadPlan,
-             on_level: Callable[[int, dict], None] = lambda c, m: None) -> list[dict]:
-    levels = []
-    for concurrency in plan.concurrency:
-        metrics = measure_level(base_url, model, plan, concurrency)
-        on_level(concurrency, metrics)
-        levels.append(metrics)
-    return levels
+             on_level: Callable[[int, LevelMetrics], None] = lambda c, m: None) -> list[LevelMetrics]:
+    """`sweeper load`'s ladder against a server already up: each level's metrics, in order."""
+    levels, _ = run_ladder(plan, closed_or_open_loop(base_url, model, plan), LoadCommandHooks(plan, on_level))
+    return list(levels.values())
+
+
+def write_load_records(path: Path, levels: list[LevelMetrics]) -> None:
+    """`sweeper load --json`: one bench_serving-named object per level."""
+    path.write_text(json.dumps([bench_serving_record(m) for m in levels], indent=2) + "\n")
 
 
 def bench_serving_record(metrics: dict) -> dict:

@@ -28,6 +28,7 @@ import numpy as np
 from sweeper.loadgen.client import RequestSample
 from sweeper.loadgen.lag import LagStats
 from sweeper.outcomes import LevelMetrics
+from sweeper.spec.space import MAX_CLIENT_LAG_P99_MS  # the one default
 
 STAT_NAMES = ("mean", "median", "std", "p90", "p95", "p99")
 MAX_ERRORS_KEPT = 5
@@ -35,7 +36,6 @@ MIN_CONCURRENCY_FRACTION = 0.95
 # From bench/capacity.py (bench/README.md): on one core, p99 oversleep stayed at 1.1-1.8 ms while
 # tok/s and median ITL held their bounds (to ~19,000 tok/s), and passed 5 ms where TTFT ran 10+ ms
 # late (~29,000 tok/s and beyond).
-MAX_CLIENT_LAG_P99_MS = 5.0
 UNSTABLE_CV = 0.05
 COARSE_TOKENS_PER_CHUNK = 1.5
 

@@ -23,7 +23,8 @@ from sweeper.loadgen.lag import LagStats
 # The modules the host needs, relative to the package root's parent: standard library only.
 SHIPPED = ("sweeper/__init__.py", "sweeper/loadgen/__init__.py", "sweeper/loadgen/client.py",
            "sweeper/loadgen/endpoints.py", "sweeper/loadgen/http1.py", "sweeper/loadgen/sockio.py",
-           "sweeper/loadgen/lag.py", "sweeper/loadgen/sse.py", "sweeper/loadgen/hostmain.py")
+           "sweeper/loadgen/lag.py", "sweeper/loadgen/sse.py", "sweeper/loadgen/stream.py",
+           "sweeper/loadgen/hostmain.py")
 
 # Run with `python -c`: the first stdin line is the modules, the rest the request. They go into a
 # private temporary folder put first on sys.path (so an installed sweeper, if any, is not used),

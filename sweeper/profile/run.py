@@ -1,30 +1,26 @@
-"""Profile one config: relaunch it through the trial pipeline's own stages (preflight, GPU gate,
-flag check, launch, wait_ready, output check), warm it up, run the engine's torch profiler while
-our load generator holds C requests in flight for S seconds, fetch the traces, stop the server
-(always, as run_trial does), and parse them into a kernel table."""
+"""Profile one config: relaunch it on the trial's own launch path (trial/launch.py: preflight,
+flag check, GPU gate, launch, wait_ready, and always the stop), check its output, warm it up, run
+the engine's torch profiler while our load generator holds C requests in flight for S seconds
+(the trial's watchdog on: a hang ends the profile), fetch the traces and parse them into a kernel
+table."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import posixpath
 import shutil
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from sweeper.spec.hosts import HostSpec
-from sweeper.spec.space import Space, Workload
-from sweeper.trial.gate import OutputSample
 from sweeper.engines.base import Engine
-from sweeper.engines.flags import flag_problems
 from sweeper.errors import UserError
-from sweeper.hosts.base import Host, ServerProcess
-from sweeper.hosts.gate import check_gpus_before_launch, wait_gpus_released
-from sweeper.loadgen.client import StreamOptions, run_level
-from sweeper.loadgen.workload import build_prompt_token_ids
+from sweeper.hosts.base import Host, ServerProcess, StopReport
+from sweeper.loadgen.client import run_level
+from sweeper.loadgen.ladder import LoadPlan, build_prompts
 from sweeper.profile.control import (
     TRACE_SUBDIR, ProfilerControl, build_profiler_env, call_profiler, profiler_for,
 )
@@ -32,7 +28,13 @@ from sweeper.profile.fetch import fetch_traces, wait_for_traces
 from sweeper.profile.trace import (
     DeviceBusy, GroupShare, KernelTable, TraceError, group_shares, load_trace, summarize_traces,
 )
-from sweeper.trial.pipeline import Failure, Ready, check_output, launch, preflight, stop, wait_ready
+from sweeper.spec.hosts import HostSpec
+from sweeper.spec.space import Space
+from sweeper.trial.context import Failure, TrialContext, TrialOutcome
+from sweeper.trial.gate import OutputSample
+from sweeper.trial.ladder import build_level_plan, hang_of
+from sweeper.trial.launch import LaunchedServer, launched_server
+from sweeper.trial.pipeline import check_server_output
 
 MAX_PROFILED_REQUESTS = 20_000
 
@@ -78,18 +80,18 @@ def profiled_request_count(concurrency: int, seconds: float, round_s: float) -> 
     return min(rounds * concurrency, max(MAX_PROFILED_REQUESTS, concurrency))
 
 
-def drive_load(base_url: str, model: str, workload: Workload, concurrency: int, seconds: float, round_s: float,
-               options: StreamOptions) -> dict[str, Any]:
+def drive_load(server: LaunchedServer, plan: LoadPlan, concurrency: int, seconds: float,
+               round_s: float) -> dict[str, Any]:
     """Closed-loop load at `concurrency` for at least `seconds`: runs of whole rounds, each sized
-    from the rounds before it, until the time is used (fresh prompts throughout)."""
+    from the rounds before it, until the time is used (fresh prompts throughout). A request that
+    stalls while the server lives is a hang: the profile ends (UserError)."""
     samples: list = []
     started = time.perf_counter()
     batch = 0
     while (elapsed := time.perf_counter() - started) < seconds and batch < 1000:
         n = profiled_request_count(concurrency, seconds - elapsed, round_s)
-        seed = workload.seed + 30_000 + 1000 * batch + concurrency  # fresh prompts: no prefix-cache hits
-        prompts = build_prompt_token_ids(n, workload.input_len, seed=seed)
-        run = run_level(base_url, model, prompts, workload.output_len, concurrency, options=options)
+        seed = plan.seed + 30_000 + 1000 * batch + concurrency  # fresh prompts: no prefix-cache hits
+        run = _run_closed(server, plan, build_prompts(plan, n, seed), concurrency, "profiled load")
         samples += run.samples
         round_s = run.duration_s / max(math.ceil(n / concurrency), 1)
         batch += 1
@@ -101,38 +103,26 @@ def drive_load(base_url: str, model: str, workload: Workload, concurrency: int, 
             "output_tokens": sum(s.output_tokens for s in ok)}
 
 
+def _run_closed(server: LaunchedServer, plan: LoadPlan, prompts: list, concurrency: int, what: str):
+    """One closed-loop run; a hang (the trial's watchdog) raises UserError."""
+    run = run_level(server.base_url, server.model, prompts, plan.output_len, concurrency, options=plan.options)
+    if hang := hang_of(run.samples, concurrency, what, server.still_alive):
+        raise UserError(f"the profile ends: {hang.message}")
+    return run
+
+
 def profile_config(ctx: ProfileContext, config: Mapping[str, Any], request: ProfileRequest) -> ProfileRun:
-    space, host = ctx.space, ctx.host
-    control = profiler_for(space.engine)
-    port_or_failure = preflight(space, config, host, ctx.host_spec.base_port)
-    if isinstance(port_or_failure, Failure):
-        raise UserError(f"this config is not launched by the pipeline: {port_or_failure.stage}/"
-                        f"{port_or_failure.kind}: {port_or_failure.message}")
-    port = port_or_failure
-    spec = ctx.engine.build_launch_spec(space, config, ctx.host_spec, port, host.python())
-    spec = replace(spec, env={**spec.env, **build_profiler_env(control)})
-    short = getattr(ctx.engine, "checks_short_flags", False)
-    family = getattr(ctx.engine, "flag_family", None)
-    if ctx.known_flags is not None and (problems := flag_problems(spec.argv, ctx.known_flags, short, family)):
-        raise UserError("the installed engine refuses this config: " + "; ".join(problems))
-    gpu_baseline = check_gpus_before_launch(host, ctx.host_spec, ctx.known_servers(), space.launch.stop_grace_s)
+    control = profiler_for(ctx.space.engine)
     if ctx.profile_dir.exists():
         shutil.rmtree(ctx.profile_dir)  # a previous profile of this trial: ours to replace
-    ctx.on_step(f"launching on {host.name} (port {port})")
-    proc = launch(host, spec, ctx.profile_dir)
-    ctx.on_started(proc)
-    try:
-        files, load, warnings = _profile_under_load(ctx, proc, port, request, control)
-    finally:
-        ctx.on_step("stopping the server")
-        report = stop(host, proc, port, space.launch.stop_grace_s)
-        (ctx.profile_dir / "stop.json").write_text(json.dumps(asdict(report), indent=2))
-        if not report.left_behind:
-            ctx.on_stopped(proc)  # else it stays recorded, for the next profile to stop
-        if gpu_baseline is not None:
-            wait_gpus_released(host, ctx.host_spec, gpu_baseline, port)
-    if report.left_behind:
-        warnings.append(f"processes left behind after the stop: {list(report.left_behind)}")
+    outcome, trial_ctx = TrialOutcome(config=dict(config)), _trial_context(ctx)
+    stop_warnings: list[str] = []
+    with launched_server(trial_ctx, config, outcome, extra_env=build_profiler_env(control),
+                         on_stopped=partial(_stopped, ctx, stop_warnings)) as server:
+        if server is None:
+            raise _not_profiled(ctx, outcome.failure)  # after the stop, as the block ends
+        files, load, warnings = _profile_under_load(ctx, trial_ctx, server, request, control)
+    warnings += stop_warnings
     ctx.on_step("parsing")  # after the stop: a big trace takes a while, and the GPUs are free meanwhile
     try:
         table, busy = summarize_traces(load_trace(path) for path in files)  # one file in memory at a time
@@ -141,57 +131,87 @@ def profile_config(ctx: ProfileContext, config: Mapping[str, Any], request: Prof
     return ProfileRun(table, group_shares(table), busy, files, load, warnings)
 
 
-def _profile_under_load(ctx: ProfileContext, proc: ServerProcess, port: int, request: ProfileRequest,
-                        control: ProfilerControl) -> tuple[list[Path], dict[str, Any], list[str]]:
-    """Ready, warmed up, profiled under load, traces on this machine: (trace files, load, warnings)."""
-    space, host = ctx.space, ctx.host
-    base_url = host.base_url(port)
-    ctx.on_step("waiting for the server to be ready")
-    verdict = wait_ready(host, proc, ctx.engine.info, port, space.model, space.launch)
-    if not isinstance(verdict, Ready):
-        tail = "\n".join(verdict.log_tail.splitlines()[-10:])
-        raise UserError(f"the server did not become ready ({verdict.kind}: {verdict.message}); "
-                        f"log in {ctx.profile_dir / 'server.log'}; last lines:\n{tail}")
+STEP_OF_STAGE = {"launch": "launching on {host}", "wait_ready": "waiting for the server to be ready",
+                 "stop": "stopping the server"}
+
+
+def _trial_context(ctx: ProfileContext) -> TrialContext:
+    """The launch path's context: the profile folder stands in for the trial folder."""
+    def on_stage(stage: str) -> None:
+        if step := STEP_OF_STAGE.get(stage):
+            ctx.on_step(step.format(host=ctx.host.name))
+
+    return TrialContext(space=ctx.space, engine=ctx.engine, host=ctx.host, host_spec=ctx.host_spec,
+                        trial_dir=ctx.profile_dir, reference_samples=ctx.reference_samples, on_stage=on_stage,
+                        on_started=ctx.on_started, known_servers=ctx.known_servers, known_flags=ctx.known_flags)
+
+
+def _stopped(ctx: ProfileContext, warnings: list[str], proc: ServerProcess, report: StopReport) -> None:
+    if report.left_behind:  # it stays recorded, for the next profile to stop
+        warnings.append(f"processes left behind after the stop: {list(report.left_behind)}")
+    else:
+        ctx.on_stopped(proc)
+
+
+def _not_profiled(ctx: ProfileContext, failure: Failure) -> UserError:
+    """Why the launch path gave no ready server, as the user reads it."""
+    if failure.kind == "unsupported_flag":
+        return UserError("the installed engine refuses this config: " + failure.message)
+    if failure.stage == "preflight":
+        return UserError(f"this config is not launched by the pipeline: {failure.stage}/{failure.kind}: "
+                         f"{failure.message}")
+    tail = "\n".join(failure.log_tail.splitlines()[-10:])
+    return UserError(f"the server did not become ready ({failure.kind}: {failure.message}); "
+                     f"log in {ctx.profile_dir / 'server.log'}; last lines:\n{tail}")
+
+
+def _profile_under_load(ctx: ProfileContext, trial_ctx: TrialContext, server: LaunchedServer,
+                        request: ProfileRequest, control: ProfilerControl) -> tuple[list[Path], dict[str, Any], list[str]]:
+    """Output checked, warmed up, profiled under load, traces on this machine: (trace files, load, warnings)."""
+    host, proc = ctx.host, server.proc
     warnings = []
-    _, failure = check_output(base_url, space.model, space.check, ctx.reference_samples, ctx.profile_dir,
-                              timeout_s=space.workload.stall_timeout_s or space.launch.stall_timeout_s)
+    _, failure = check_server_output(trial_ctx, server)
     if failure is not None:
         warnings.append(f"output check failed ({failure.kind}): {failure.message}")
-    workload = space.workload
-    options = StreamOptions(timeout_s=workload.request_timeout_s, stall_timeout_s=workload.stall_timeout_s,
-                            min_tokens=workload.min_tokens, continuous_usage=workload.continuous_usage_stats)
+    plan = build_level_plan(ctx.space.workload, server.dialect, stall_timeout_s=server.stall_timeout_s)
     c = request.concurrency
-    ctx.on_step(f"warming up at C={c}")
-    warm_rounds = max(request.warmup_rounds, 1)
-    warmup = run_level(base_url, space.model, build_prompt_token_ids(warm_rounds * c, workload.input_len,
-                       seed=workload.seed + 20_000 + c), workload.output_len, c, options=options)
-    if not any(s.ok for s in warmup.samples):
-        raise UserError(f"no warmup request at C={c} succeeded: {warmup.samples[0].error if warmup.samples else ''}")
-    round_s = warmup.duration_s / warm_rounds
+    round_s = _warm_up(ctx, server, plan, c, max(request.warmup_rounds, 1))
     folder = trace_folder(host, proc)
     ctx.on_step(f"profiling at C={c} for {request.seconds:g}s")
-    call_profiler(base_url, control.start_path, control.build_start_body(folder), request.profiler_call_timeout_s)
+    call_profiler(server.base_url, control.start_path, control.build_start_body(folder), request.profiler_call_timeout_s)
     try:
-        load = drive_load(base_url, space.model, workload, c, request.seconds, round_s, options)
+        load = drive_load(server, plan, c, request.seconds, round_s)
     finally:
-        if host.is_alive(proc):  # a dead server has no profiler to stop; said below
-            call_profiler(base_url, control.stop_path, None, request.profiler_call_timeout_s)
-    if not host.is_alive(proc):
+        if server.still_alive():  # a dead server has no profiler to stop; said below
+            call_profiler(server.base_url, control.stop_path, None, request.profiler_call_timeout_s)
+    if not server.still_alive():
         tail = "\n".join(host.read_log(proc, 0)[0].splitlines()[-10:])
         raise UserError(f"the server exited during the profile; log in {ctx.profile_dir / 'server.log'}; "
                         f"last lines:\n{tail}")
     if load["failed"]:
         warnings.append(f"{load['failed']} of {load['requests']} profiled requests failed")
+    return _traces_here(ctx, server, folder, request), load, warnings
+
+
+def _warm_up(ctx: ProfileContext, server: LaunchedServer, plan: LoadPlan, c: int, rounds: int) -> float:
+    """Warmup rounds at C (a hang ends the profile); the seconds one round took."""
+    ctx.on_step(f"warming up at C={c}")
+    warmup = _run_closed(server, plan, build_prompts(plan, rounds * c, plan.seed + 20_000 + c), c, "warmup")
+    if not any(s.ok for s in warmup.samples):
+        raise UserError(f"no warmup request at C={c} succeeded: {warmup.samples[0].error if warmup.samples else ''}")
+    return warmup.duration_s / rounds
+
+
+def _traces_here(ctx: ProfileContext, server: LaunchedServer, folder: str, request: ProfileRequest) -> list[Path]:
+    """The trace files once written, on this machine (fetched unless a local server wrote them here)."""
+    host = ctx.host
     ctx.on_step("waiting for the trace files")
-    remote = wait_for_traces(host, folder, request.trace_timeout_s, request.settle_s,
-                             still_alive=lambda: host.is_alive(proc))
+    remote = wait_for_traces(host, folder, request.trace_timeout_s, request.settle_s, still_alive=server.still_alive)
     local_dir = ctx.profile_dir / TRACE_SUBDIR
     if _is_local(host) and _same_folder(folder, local_dir):
-        files = [local_dir / f.relpath for f in remote]  # a local server wrote them in place
-    else:
-        ctx.on_step(f"fetching {len(remote)} trace file(s), {sum(f.size for f in remote) / 1e6:.1f} MB")
-        files = fetch_traces(host, folder, remote, local_dir)
-    return files, load, warnings
+        return [local_dir / f.relpath for f in remote]  # a local server wrote them in place
+    ctx.on_step(f"fetching {len(remote)} trace file(s), {sum(f.size for f in remote) / 1e6:.1f} MB")
+    return fetch_traces(host, folder, remote, local_dir)
 
 
 def trace_folder(host: Host, proc: ServerProcess) -> str:

@@ -125,6 +125,11 @@ class Seed(Strict):
     params: dict[str, Scalar]
 
 
+# The client-lag validity bar's one default (loadgen/metrics.py reads it): a level whose client
+# event loop lagged more (p99) measured the client, not the server.
+MAX_CLIENT_LAG_P99_MS = 5.0
+
+
 class Workload(Strict):
     input_len: int = Field(128, ge=1)
     output_len: int = Field(32, ge=2)
@@ -141,7 +146,7 @@ class Workload(Strict):
     min_tokens: bool = Field(False, description="also send min_tokens = output_len")
     continuous_usage_stats: bool = Field(True, description="ask for usage in every chunk")
     stall_timeout_s: float | None = Field(None, gt=0, description="no byte this long: a hang (default: launch's)")
-    max_client_lag_ms: float = Field(5.0, gt=0, description="client event-loop p99 lag above this: "
+    max_client_lag_ms: float = Field(MAX_CLIENT_LAG_P99_MS, gt=0, description="client event-loop p99 lag above this: "
                                      "the level is invalid (raise it on a shared, busy controller)")
 
     @field_validator("concurrency")
@@ -150,9 +155,6 @@ class Workload(Strict):
         if any(c < 1 for c in levels) or levels != sorted(set(levels)):
             raise ValueError("concurrency levels must be positive, increasing and unique")
         return levels
-
-    def requests_at(self, concurrency: int) -> int:
-        return max(self.requests_per_level, self.min_rounds * concurrency)
 
 
 class Objective(Strict):

@@ -1,6 +1,9 @@
 """One trial on one host: preflight -> launch -> wait_ready -> check_output -> load ladder -> stop.
 
-- pipeline.py   the stages and run_trial; a TrialOutcome (levels, or a Failure with its stage)
+- pipeline.py   run_trial: the launched server's output checked, its ladder measured
+- launch.py     the one launch path (launched_server): preflight, gate, launch, readiness, always the stop
+- ladder.py     the trial's hooks on loadgen's level loop: sample files, watchdog, level verdicts
+- context.py    TrialContext, TrialOutcome and Failure: what the stages share
 - gate.py       the output-correctness gate: greedy samples judged against the study's reference
 - garbage.py    a garbage detector for greedy text while no reference exists
 """

@@ -1,0 +1,297 @@
+"""The one launch path: preflight -> flag check -> GPU gate -> launch -> wait_ready, then always
+the stop and the GPU release. `launched_server` owns all of it, for a trial (pipeline.run_trial)
+and for a profile (profile/run.py) alike, and yields the ready server: where to send requests, the
+name they carry, the engine's request dialect and the watchdog's stall timeout.
+
+A config-caused failure is written into the caller's TrialOutcome (with each stage's seconds);
+only infrastructure faults raise (InfraError).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+from sweeper.engines.base import EngineInfo, LaunchSpec, classify_log
+from sweeper.engines.flags import flag_problems
+from sweeper.errors import InfraError
+from sweeper.hosts.base import Host, ServerProcess, StopReport
+from sweeper.hosts.gate import check_gpus_before_launch, wait_gpus_released
+from sweeper.hosts.gpu import GpuSnapshot
+from sweeper.loadgen.client import LoadgenError, complete, get_status
+from sweeper.loadgen.endpoints import RequestDialect
+from sweeper.redact import redact_env
+from sweeper.spec.rules import excluded_by_rule, violated_constraints
+from sweeper.spec.space import Launch, Space
+from sweeper.trial.context import Failure, TrialContext, TrialOutcome
+
+LOG_TAIL_LINES = 40
+
+
+@dataclass(frozen=True)
+class LaunchedServer:
+    """A server launched_server started and found ready."""
+
+    host: Host
+    proc: ServerProcess
+    port: int
+    base_url: str
+    model: str  # the name every request carries (the engine's served_model)
+    dialect: RequestDialect  # what the engine's HTTP API accepts
+    stall_timeout_s: float  # the watchdog: no byte for this long while the server lives is a hang
+
+    def still_alive(self) -> bool:
+        return self.host.is_alive(self.proc)
+
+
+def stall_timeout_of(space: Space) -> float:
+    """The watchdog's stall timeout: the workload's, else the launch's."""
+    return space.workload.stall_timeout_s or space.launch.stall_timeout_s
+
+
+@contextmanager
+def launched_server(ctx: TrialContext, config: Mapping[str, Any], outcome: TrialOutcome,
+                    extra_env: Mapping[str, str] | None = None,
+                    on_stopped: Callable[[ServerProcess, StopReport], None] = lambda proc, report: None,
+                    ) -> Iterator[LaunchedServer | None]:
+    """The ready server, or None when the config failed before it was ready (outcome.failure
+    says where and why). Whatever the block does (an exception, Ctrl-C), a launched server is
+    stopped, its stop recorded (stop.json) and its GPUs waited for (gpu_memory.json)."""
+    timer = partial(timed_stage, outcome, ctx.on_stage)
+    started = _start_checked(ctx, config, outcome, timer, extra_env or {})
+    if started is None:
+        yield None
+        return
+    proc, port, gpu_baseline = started
+    try:
+        yield _ready_or_none(ctx, outcome, timer, proc, port)
+    finally:
+        _stop_and_release(ctx, outcome, timer, proc, port, gpu_baseline, on_stopped)
+
+
+def _start_checked(ctx: TrialContext, config: Mapping[str, Any], outcome: TrialOutcome, timer: Callable,
+                   extra_env: Mapping[str, str]) -> tuple[ServerProcess, int, GpuSnapshot | None] | None:
+    """Preflight, GPU gate, flag check, launch: the process, its port and the GPUs' baseline, or
+    None with the failure in the outcome."""
+    space = ctx.space
+    with timer("preflight"):
+        port_or_failure = preflight(space, config, ctx.host, ctx.host_spec.base_port)
+        gpu_baseline = None if isinstance(port_or_failure, Failure) else check_gpus_before_launch(
+            ctx.host, ctx.host_spec, ctx.known_servers(), space.launch.stop_grace_s)
+    if isinstance(port_or_failure, Failure):
+        outcome.failure = port_or_failure
+        return None
+    port = port_or_failure
+    spec = ctx.engine.build_launch_spec(space, config, ctx.host_spec, port, ctx.host.python())
+    if extra_env:
+        spec = LaunchSpec(argv=spec.argv, env={**spec.env, **extra_env}, port=spec.port)
+    if ctx.known_flags is not None and (problems := flag_problems(
+            spec.argv, ctx.known_flags, ctx.engine.checks_short_flags, ctx.engine.flag_family)):
+        outcome.failure = Failure("preflight", "unsupported_flag", "; ".join(problems))
+        return None
+    ctx.host.take_disruption()  # only a connection drop during this launch makes it an infra fault
+    with timer("launch"):
+        proc = launch(ctx.host, spec, ctx.trial_dir)
+        outcome.launched = True
+        ctx.on_started(proc)
+    return proc, port, gpu_baseline
+
+
+def _ready_or_none(ctx: TrialContext, outcome: TrialOutcome, timer: Callable, proc: ServerProcess,
+                   port: int) -> LaunchedServer | None:
+    info = ctx.engine.info
+    model = ctx.engine.served_model(ctx.space)
+    with timer("wait_ready"):
+        verdict = wait_ready(ctx.host, proc, info, port, model, ctx.space.launch)
+    if not isinstance(verdict, Ready):
+        outcome.failure = Failure("wait_ready", verdict.kind, verdict.message, verdict.log_tail)
+        return None
+    return LaunchedServer(ctx.host, proc, port, ctx.host.base_url(port), model, info.dialect,
+                          stall_timeout_of(ctx.space))
+
+
+def _stop_and_release(ctx: TrialContext, outcome: TrialOutcome, timer: Callable, proc: ServerProcess, port: int,
+                      gpu_baseline: GpuSnapshot | None, on_stopped: Callable[[ServerProcess, StopReport], None]) -> None:
+    host, trial_dir = ctx.host, ctx.trial_dir
+    # What a live server holds; after a crash it says nothing and would delay the record.
+    serving = _snapshot_or_none(host) if gpu_baseline is not None and host.is_alive(proc) else None
+    with timer("stop"):
+        report = stop(host, proc, port, ctx.space.launch.stop_grace_s)
+    (trial_dir / "stop.json").write_text(json.dumps(asdict(report), indent=2))
+    if report.left_behind and outcome.failure is None:
+        outcome.failure = Failure("stop", "stop_failed", f"processes left behind: {report.left_behind}")
+    on_stopped(proc, report)
+    if gpu_baseline is not None:
+        with timer("gpu_release"):
+            released = wait_gpus_released(host, ctx.host_spec, gpu_baseline, port)
+        outcome.gpu_memory = build_gpu_memory_record(gpu_baseline, serving, released)
+        (trial_dir / "gpu_memory.json").write_text(json.dumps(outcome.gpu_memory, indent=2))
+
+
+# ---------------------------------------------------------------- the stages
+
+def preflight(space: Space, config: Mapping[str, Any], host: Host, base_port: int) -> Failure | int:
+    """A free port for the server, or the failure that means no launch is needed."""
+    if reason := excluded_by_rule(space, config):
+        return Failure("preflight", "rule", reason)
+    broken = violated_constraints(space, config)
+    if broken:
+        return Failure("preflight", "constraint", "violates: " + "; ".join(broken))
+    for port in range(base_port, base_port + 2000, 10):  # spaced: engines derive ports from --port
+        if host.port_is_free(port):
+            return port
+    raise InfraError(f"no free port in {base_port}..{base_port + 2000} on {host.name}")
+
+
+def write_launch_files(trial_dir: Path, spec: LaunchSpec) -> None:
+    """The exact command as a runnable script and the environment (secrets redacted)."""
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    env = redact_env(spec.env)
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
+    (trial_dir / "command.sh").write_text(
+        "#!/usr/bin/env bash\n# written by sweeper; secrets are redacted\n"
+        + exports + "exec " + shlex.join(spec.argv) + "\n")
+    (trial_dir / "env.json").write_text(json.dumps(env, indent=2, sort_keys=True))
+    (trial_dir / "argv.json").write_text(json.dumps(list(spec.argv), indent=2))
+
+
+def launch(host: Host, spec: LaunchSpec, trial_dir: Path) -> ServerProcess:
+    write_launch_files(trial_dir, spec)
+    proc = host.start_detached(spec.argv, spec.env, cwd=str(trial_dir),
+                               log_path=str(trial_dir / "server.log"), token=uuid.uuid4().hex)
+    (trial_dir / "process.json").write_text(json.dumps(proc.to_dict(), indent=2))
+    return proc
+
+
+@dataclass(frozen=True)
+class Ready:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Crashed:
+    kind: str
+    message: str
+    log_tail: str
+
+
+@dataclass(frozen=True)
+class TimedOut:
+    kind: str  # timeout | hang
+    message: str
+    log_tail: str
+
+
+class LogWatch:
+    """Follows a server log by offset; remembers its tail and when it last grew."""
+
+    def __init__(self, host: Host, proc: ServerProcess):
+        self.host, self.proc = host, proc
+        self.offset, self.text, self.last_growth = 0, "", time.monotonic()
+
+    def poll(self) -> str:
+        new, self.offset = self.host.read_log(self.proc, self.offset)
+        if new:
+            self.text = (self.text + new)[-200_000:]
+            self.last_growth = time.monotonic()
+        return new
+
+    def tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        return "\n".join(self.text.splitlines()[-lines:])
+
+
+def wait_ready(host: Host, proc: ServerProcess, info: EngineInfo, port: int, model: str,
+               launch_cfg: Launch) -> Ready | Crashed | TimedOut:
+    """Poll until a real generation succeeds, the server dies or shows a failure line, it stalls,
+    or the deadline passes. Liveness and the log are checked on every poll."""
+    started = time.monotonic()
+    deadline = started + launch_cfg.ready_timeout_s
+    watch = LogWatch(host, proc)
+    base_url = host.base_url(port)
+    while True:
+        watch.poll()
+        if crashed := _crashed(host, proc, info, watch):
+            return crashed
+        health = get_status(base_url + info.readiness.health_path)
+        if health is not None and not host.listens_on(proc, port):
+            # Something else holds the port: never measure a server that is not ours.
+            return Crashed("port_busy", f"port {port} is answered by a process that is not this server",
+                           watch.tail())
+        if health == 200 and _generates(base_url, model, info):
+            return Ready(time.monotonic() - started)
+        now = time.monotonic()
+        if health is None and now - watch.last_growth > launch_cfg.stall_timeout_s:
+            return TimedOut("hang", f"no new log line for {launch_cfg.stall_timeout_s:.0f}s and the port is closed",
+                            watch.tail())
+        if now >= deadline:
+            return TimedOut("timeout", f"not ready after {launch_cfg.ready_timeout_s:.0f}s", watch.tail())
+        time.sleep(launch_cfg.poll_interval_s)
+
+
+def _crashed(host: Host, proc: ServerProcess, info: EngineInfo, watch: LogWatch) -> Crashed | None:
+    """A failure line in the log, or the server's exit during start-up; None while it lives."""
+    if signature := classify_log(watch.text, info.signatures):
+        return Crashed(signature.kind, f"log shows {signature.substring!r}", watch.tail())
+    if host.is_alive(proc):
+        return None
+    watch.poll()
+    signature = classify_log(watch.text, info.signatures)
+    return Crashed(signature.kind if signature else "crash", "server exited during start-up", watch.tail())
+
+
+def _generates(base_url: str, model: str, info: EngineInfo) -> bool:
+    try:
+        complete(base_url, model, "Hello", max_tokens=1, timeout_s=30.0, api=info.dialect.api)
+        return True
+    except LoadgenError:
+        return False  # healthy but cannot generate yet: keep polling until the deadline
+
+
+def stop(host: Host, proc: ServerProcess, port: int, grace_s: float) -> StopReport:
+    """SIGTERM the group, wait, SIGKILL; then confirm the port is free."""
+    report = host.stop_group(proc, grace_s)
+    deadline = time.monotonic() + 10
+    while not host.port_is_free(port) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return report
+
+
+def build_gpu_memory_record(before: GpuSnapshot, serving: GpuSnapshot | None,
+                            after: GpuSnapshot | None) -> dict[str, dict[str, int]]:
+    """MiB used per GPU index (as strings: JSON keys) at each point; a point not read is absent."""
+    record = {"before": _used_by_gpu(before)}
+    if serving is not None:
+        record["serving"] = _used_by_gpu(serving)
+    if after is not None:
+        record["after"] = _used_by_gpu(after)
+    return record
+
+
+def _used_by_gpu(snapshot: GpuSnapshot) -> dict[str, int]:
+    return {str(g.index): g.used_mib for g in snapshot.gpus}
+
+
+def _snapshot_or_none(host: Host) -> GpuSnapshot | None:
+    """What the server holds at the end of its trial; informative, so a failed read is no failure."""
+    try:
+        return host.gpu_snapshot()
+    except Exception:  # noqa: BLE001 - the release check after the stop reads it again and decides
+        return None
+
+
+@contextmanager
+def timed_stage(outcome: TrialOutcome, on_stage: Callable[[str], None], name: str) -> Iterator[None]:
+    """Tells on_stage the stage began; its seconds go into outcome.stage_seconds however it ends."""
+    on_stage(name)
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        outcome.stage_seconds[name] = round(time.monotonic() - started, 3)
