@@ -1,10 +1,13 @@
 """The `sweeper` command: the only place that prints for the user and chooses exit codes.
 
-- app.py       the typer app: registers every command group (and, for now, ablate, validate, load, profile)
-- common.py    consoles, shared options, UserError -> exit code, SIGTERM/SIGHUP -> Ctrl-C
-- progress.py  a sweep's progress for people, and how a run of trials ends
-- sweep.py     sweep, worker, resume
-- results.py   leaderboard, report, show, best
+- app.py       the app: global options (--version, --quiet, --log-file) and every command, registered once
+- common.py    consoles, shared options, UserError -> exit code, SIGTERM/SIGHUP -> Ctrl-C, output settings
+- progress.py  a sweep's progress for people and logs, and how a run of trials ends
+- sweep.py     sweep, resume, worker, demo
+- results.py   leaderboard, show, best, report
+- validate.py  ablate, validate
+- load.py      load (a running server)
+- profile.py   profile, kernels
 - sim.py       sim best
 """
 

@@ -15,7 +15,10 @@ from typing import Any, Sequence
 
 from scipy import stats
 
+import optuna
+
 from sweeper.spec.space import Space
+from sweeper.search.trials import ranked_trials
 from sweeper.search.configs import config_key, is_active, parameter_values
 
 ALPHA = 0.05  # the false discovery rate across an ablation's levers; 95% intervals elsewhere
@@ -51,6 +54,21 @@ def single_lever_changes(space: Space, baseline: dict[str, Any]) -> list[tuple[s
                 seen.add(config_key(config))
                 changes.append((name, value, config))
     return changes
+
+
+def ablation_runs(space: Space, baseline: dict[str, Any], repeats: int) -> list[tuple[str, dict]]:
+    """(label, config) of the baseline and every single-lever change from it, `repeats` rounds in
+    interleaved order (a drift of the machine hits every config alike)."""
+    round_ = [("baseline", sampled_config(space, baseline))] + [
+        (f"{lever}={value}", config) for lever, value, config in single_lever_changes(space, baseline)]
+    return [run for _ in range(repeats) for run in round_]
+
+
+def finalist_runs(study: optuna.Study, top: int, repeats: int) -> tuple[list[str], list[tuple[str, dict]]]:
+    """The labels of a study's top K ranked trials ("trial N") and their runs, `repeats` rounds
+    in interleaved order."""
+    labels = {f"trial {t.number}": dict(t.params) for t in ranked_trials(study)[:top]}
+    return list(labels), [run for _ in range(repeats) for run in labels.items()]
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,15 @@ def pareto_trials(study: optuna.Study) -> list[FrozenTrial]:
 
 
 
+def ranked_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """The feasible trials best first (ties by trial number); in the Pareto mode the front only,
+    by its first objective: the finalists `validate` re-runs."""
+    if is_pareto_study(study):
+        return pareto_trials(study)
+    sign = -1 if study.direction == StudyDirection.MAXIMIZE else 1
+    return sorted(feasible_trials(study), key=lambda t: (sign * t.value, t.number))
+
+
 def best_trial(study: optuna.Study) -> FrozenTrial | None:
     """The best feasible trial; in the Pareto mode the front's best on the first objective
     (throughput): the front's other members trade it for latency."""
