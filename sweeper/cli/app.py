@@ -15,6 +15,7 @@ from sweeper.spec.space import Space, load_space
 from sweeper.errors import UserError
 from sweeper.models.cli import models_app
 from sweeper.cli import results as results_commands, sim as sim_commands, sweep as sweep_commands
+from sweeper.cli.doctor import doctor
 from sweeper.cli.common import OUTPUT, RESULTS_OPT, STORAGE_OPT, console, err, interrupts_as_keyboard, user_errors
 from sweeper.cli.progress import open_new_study, with_progress
 from sweeper.search.study import load_study
@@ -30,6 +31,7 @@ for command in (sweep_commands.sweep, sweep_commands.worker, sweep_commands.resu
     app.command()(command)
 sim_app.command("best")(sim_commands.sim_best)
 app.command()(sweep_commands.demo)
+app.command()(doctor)
 
 
 def print_version(wanted: bool) -> None:
