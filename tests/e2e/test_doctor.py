@@ -4,6 +4,7 @@ problem is its own line with exit 1, with nothing launched and nothing written t
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from tests.e2e.conftest import TINY_SPACE
 from tests.sshd import free_port
 
 pytestmark = pytest.mark.slow
+BARE_PYTHON = "/usr/bin/python3"  # Debian's python: sweeper is not installed for it
 
 
 @pytest.fixture
@@ -23,9 +25,9 @@ def doctor(cli, sshd, tmp_path):
     """Runs `sweeper doctor` on a space text against the sshd host; returns (result, checks)."""
     work = tmp_path / "remote-work"
     entry = sshd.host_entry(work, base_port=free_port())
-    (cli.workdir / "hosts.yaml").write_text(yaml.safe_dump({"hosts": {"box": entry}}))
 
-    def run(space_text: str = TINY_SPACE, *extra: str):
+    def run(space_text: str = TINY_SPACE, *extra: str, **host_keys):
+        (cli.workdir / "hosts.yaml").write_text(yaml.safe_dump({"hosts": {"box": {**entry, **host_keys}}}))
         (cli.workdir / "space.yaml").write_text(space_text)
         result = cli.run("doctor", "space.yaml", "--host", "box", "--json", *extra, timeout=120)
         assert not list(work.rglob("server.log")) and not (cli.workdir / "results").exists()  # nothing launched
@@ -70,6 +72,17 @@ def test_engine_not_installed(doctor, ssh_home):
     assert result.returncode == 1
     assert problems(checks) == {"engine", "flags"}
     assert "sglang is not installed" in next(c["detail"] for c in checks if c["name"] == "engine")
+
+
+@pytest.mark.skipif(not os.path.exists(BARE_PYTHON), reason="needs the system's python3")
+def test_a_host_python_that_cannot_run_the_engine(doctor, ssh_home):
+    # PYTHONPATH finds the checkout's metadata (the version line is ok), but not the simulator's
+    # dependencies: its --help fails, and that is the problem line
+    result, checks = doctor(python=BARE_PYTHON)
+    assert result.returncode == 1
+    assert problems(checks) == {"flags"}
+    detail = next(c["detail"] for c in checks if not c["ok"])
+    assert "cannot read the engine's flags" in detail and "No module named" in detail
 
 
 def test_a_choice_the_engine_does_not_list(doctor, ssh_home):
