@@ -1,5 +1,7 @@
 """`sweeper doctor`: everything a sweep of a space on a host needs, checked without launching a
-server or writing results. Each check is a small function over the Host protocol returning Checks."""
+server or writing results. Each check is a small function over the Host protocol returning Checks.
+Here, not in trial/, because it reads configs as the search does (seeds, derived values): imports go
+cli -> search -> trial -> (engines, hosts)."""
 
 from __future__ import annotations
 
