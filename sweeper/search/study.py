@@ -19,7 +19,7 @@ import sweeper
 from sweeper.spec.hosts import HostSpec, load_hosts
 from sweeper.spec.space import Space, space_fingerprint
 from sweeper.engines import get_engine
-from sweeper.engines.flags import flag_problems, parse_help_flags
+from sweeper.engines import installed
 from sweeper.engines.versions import deprecation_warnings
 from sweeper.errors import InfraError, UserError
 from sweeper.hosts import Host, ServerProcess
@@ -394,23 +394,19 @@ def installed_flags(study: optuna.Study, space: Space, host: Host) -> dict[str, 
     study; the space's fixed flags are checked at once (every trial would fail on them)."""
     engine = get_engine(space.engine)
     python = host.python()
-    version = host.run(engine.version_argv(python), timeout_s=60)
-    version_text = (version.stdout.strip() or version.stderr.strip())  # llama-server prints to stderr
+    version_text = installed.version_text(installed.read_version(host, engine, python))
     key = f"{space.engine} {version_text or '?'} ({python})"
     cached = study.user_attrs.get("engine_flags")
     if cached and cached.get("key") == key:
         return cached["flags"]
-    result = host.run(engine.help_argv(python), timeout_s=300)
-    if result.returncode != 0:
-        raise UserError(f"cannot read the engine's flags on {host.name}: {result.describe()}")
-    flags = parse_help_flags(result.stdout)
-    fixed = engine.build_launch_spec(space, {}, HostSpec(transport="local"), 1, python)
-    if problems := flag_problems(fixed.argv, flags, engine.checks_short_flags, engine.flag_family):
+    flags = installed.read_help_flags(host, engine, python)
+    fixed = installed.fixed_argv(space, engine, python)
+    if problems := installed.argv_problems(fixed, engine, flags):
         raise UserError(f"the space's fixed flags do not fit {key}: {'; '.join(problems)}")
     study.set_user_attr("engine_flags", {"key": key, "flags": flags})
     study.set_user_attr("engine_version", version_text)
     # deprecations are dated by the engine's own releases (the simulator's version is sweeper's)
-    space_flags = list(fixed.argv) + [p.flag for p in (*space.parameters.values(), *space.derived.values()) if p.flag]
+    space_flags = list(fixed) + [p.flag for p in (*space.parameters.values(), *space.derived.values()) if p.flag]
     if engine.flag_family == space.engine and (
             deprecated := deprecation_warnings(space_flags, engine.flag_family, version_text)):
         study.set_user_attr("engine_warnings", deprecated)  # `sweeper show` lists them

@@ -1,0 +1,189 @@
+"""`sweeper doctor`: everything a sweep of a space on a host needs, checked without launching a
+server or writing results. Each check is a small function over the Host protocol returning Checks.
+Here, not in trial/, because it reads configs as the search does (seeds, derived values): imports go
+cli -> search -> trial -> (engines, hosts)."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import asdict, dataclass
+from typing import Iterator
+
+from sweeper.engines import get_engine, installed
+from sweeper.engines.base import Engine, flag_args
+from sweeper.errors import UserError
+from sweeper.hosts import Host, open_host
+from sweeper.hosts.gate import format_holders
+from sweeper.hosts.gpu import GpuSnapshot, gpus_needed, holders_above
+from sweeper.redact import redact_argv, redact_env
+from sweeper.search.configs import parameter_values, with_derived
+from sweeper.search.ablation import sampled_config
+from sweeper.spec.hosts import HostSpec
+from sweeper.spec.space import Space
+
+MIN_FREE_DISK_MIB = 1024  # trial folders hold logs and launch files: a little, but never none
+GPU_NAMES_QUERY = ("nvidia-smi", "--query-gpu=index,name,driver_version", "--format=csv,noheader,nounits")
+# `~/x` as the host's shell would read it (Host.run takes no shell: the check script expands it)
+_EXPAND_HOME = 'p=$1; case $p in "~"|"~/"*) p=$HOME${p#"~"};; esac; '
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def run_checks(space: Space, host_name: str, spec: HostSpec) -> list[Check]:
+    """Every check, in the order a sweep meets them; after a failed connection only that one."""
+    try:
+        host = open_host(host_name, spec)
+    except Exception as exc:  # a refused key, a dead address: a problem line, not a traceback
+        return [Check("connection", False, f"{host_name}: {exc}",
+                      "check address, port, user, identity_file and the host key in known_hosts")]
+    try:
+        checks = [Check("connection", True, f"{host_name} ({spec.transport})")]
+        python = host.python()
+        checks.append(check_python(host, python))
+        engine = get_engine(space.engine)
+        checks.append(engine_check := check_engine(host, engine, space.engine, python))
+        checks += check_flags(host, engine, space, python) if engine_check.ok else [
+            Check("flags", False, "not checked: the engine is not installed", engine_check.fix)]
+        checks.append(check_model_path(host, space.model))
+        checks += check_gpus(host, spec)
+        checks.append(check_port(host, spec.base_port))
+        checks.append(check_disk(host, spec.work_dir))
+        checks += seed_commands(engine, space, spec, python)
+        return checks
+    finally:
+        host.close()
+
+
+def check_python(host: Host, python: str) -> Check:
+    result = host.run([python, "-c", "import sys; print(sys.version.split()[0])"], timeout_s=60)
+    if result.returncode != 0:
+        return Check("python", False, f"{python}: {result.describe()}",
+                     "set `python:` of the host to an interpreter that exists there")
+    return Check("python", True, f"{python}: Python {result.stdout.strip()}")
+
+
+def check_engine(host: Host, engine: Engine, name: str, python: str) -> Check:
+    result = installed.read_version(host, engine, python)
+    if result.returncode != 0:
+        return Check("engine", False, f"{name} is not installed for {python}: {result.describe()}",
+                     f"install {name} into that interpreter, or point the host's `python:` at one that has it")
+    return Check("engine", True, f"{name} {installed.version_text(result)}")
+
+
+def check_flags(host: Host, engine: Engine, space: Space, python: str) -> list[Check]:
+    """The fixed flags, then every value of every flagged parameter, against the engine's --help."""
+    try:
+        flags = installed.read_help_flags(host, engine, python)
+    except UserError as exc:
+        return [Check("flags", False, str(exc), "run the engine's --help on the host to see why it fails")]
+    checks = [_flag_check("flags: fixed", installed.argv_problems(installed.fixed_argv(space, engine, python),
+                                                                  engine, flags))]
+    for name, param in space.parameters.items():
+        if not param.flag:
+            continue
+        try:
+            values = parameter_values(param)
+        except ValueError:  # a float without a step: its flag is what can be checked
+            values = [param.low]
+        problems = [p for v in values for p in installed.argv_problems(flag_args(param.flag, v), engine, flags)]
+        checks.append(_flag_check(f"flags: {name}", problems, f"{param.flag}: {len(values)} value(s)"))
+    return checks
+
+
+def _flag_check(name: str, problems: list[str], detail: str = "known to the installed engine") -> Check:
+    if problems:
+        return Check(name, False, "; ".join(dict.fromkeys(problems)),
+                     "change the space's values to ones the installed engine's --help lists, or upgrade it")
+    return Check(name, True, detail)
+
+
+def model_is_path(model: str) -> bool:
+    """A local path (absolute, ~, ./, or a GGUF file) rather than a hub id like org/name."""
+    return model.startswith(("/", "~", ".")) or model.endswith(".gguf")
+
+
+def check_model_path(host: Host, model: str) -> Check:
+    if not model_is_path(model):
+        return Check("model", True, f"{model}: a hub id, not checked (the engine downloads it)")
+    result = host.run(["sh", "-c", _EXPAND_HOME + 'test -e "$p"', "sh", model], timeout_s=30)
+    if result.returncode != 0:
+        return Check("model", False, f"{model}: no such file or folder on {host.name}",
+                     "fix `model:` in the space, or copy the model to that path on the host")
+    return Check("model", True, f"{model}: exists on {host.name}")
+
+
+def check_gpus(host: Host, spec: HostSpec) -> list[Check]:
+    snapshot = host.gpu_snapshot()
+    if snapshot is None:
+        return [Check("gpus", True, "not checked: the GPU gate is off (no nvidia-smi, or gpu_gate: off)")]
+    needed = gpus_needed(spec.gpus, snapshot, spec.env.get("CUDA_VISIBLE_DEVICES"))
+    checks = [Check("gpus", True, gpu_inventory(host, snapshot))]
+    if len(needed) < spec.gpus:
+        checks.append(Check("gpus: count", False, f"the host entry says gpus: {spec.gpus}, "
+                            f"{len(needed)} usable", "set `gpus:` of the host to what it has"))
+    holders = holders_above(snapshot, needed, spec.gpu_busy_mib)
+    if holders:
+        details = host.process_details([h.pid for h in holders])
+        listed = [(h, details[h.pid].cmdline if h.pid in details else "?") for h in holders]
+        checks.append(Check("gpus: free", False, format_holders(host.name, listed),
+                            "stop those processes, or raise gpu_busy_mib for this host"))
+    else:
+        checks.append(Check("gpus: free", True, f"no process above {spec.gpu_busy_mib} MiB on GPUs "
+                            f"{','.join(map(str, needed))}"))
+    return checks
+
+
+def gpu_inventory(host: Host, snapshot: GpuSnapshot) -> str:
+    """`0: NVIDIA H200 (143771 MiB, driver 570.1)` per GPU; name and driver `?` where nvidia-smi
+    does not answer that query (the simulator's stand-in answers only the gate's two)."""
+    result = host.run(list(GPU_NAMES_QUERY), timeout_s=30)
+    names = {}
+    if result.returncode == 0:
+        for line in result.stdout.splitlines():
+            index, _, rest = line.partition(",")
+            name, _, driver = rest.rpartition(",")
+            if index.strip().isdigit():
+                names[int(index)] = (name.strip(), driver.strip())
+    return "; ".join(f"{g.index}: {names.get(g.index, ('?', '?'))[0]} ({g.total_mib} MiB, "
+                     f"{g.used_mib} used, driver {names.get(g.index, ('?', '?'))[1]})" for g in snapshot.gpus)
+
+
+def check_port(host: Host, port: int) -> Check:
+    """The first candidate server port (engines such as SGLang derive their internal ports from it)."""
+    if host.port_is_free(port):
+        return Check("port", True, f"{port} is free on {host.name}")
+    return Check("port", False, f"{port} (the host's base_port) is in use on {host.name}",
+                 "stop what listens there, or set another base_port for the host")
+
+
+def check_disk(host: Host, work_dir: str) -> Check:
+    """Free space where the trial folders go (the nearest existing folder when work_dir is not made yet)."""
+    script = _EXPAND_HOME + 'while [ ! -e "$p" ]; do p=$(dirname "$p"); done; df -Pk "$p"'
+    result = host.run(["sh", "-c", script, "sh", work_dir], timeout_s=30)
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or len(lines) < 2 or len(lines[-1].split()) < 4:
+        return Check("disk", False, f"df in {work_dir}: {result.describe()}", "check work_dir of the host")
+    free_mib = int(lines[-1].split()[3]) // 1024
+    if free_mib < MIN_FREE_DISK_MIB:
+        return Check("disk", False, f"{free_mib} MiB free in {work_dir}",
+                     "free some space there, or set another work_dir for the host")
+    return Check("disk", True, f"{free_mib / 1024:.1f} GiB free in {work_dir}")
+
+
+def seed_commands(engine: Engine, space: Space, spec: HostSpec, python: str) -> Iterator[Check]:
+    """Each seed's exact command line at the base port, secrets masked."""
+    for seed in space.seeds:
+        config = with_derived(space, sampled_config(space, seed.params))
+        launch = engine.build_launch_spec(space, config, spec, spec.base_port, python)
+        env = redact_env({k: v for k, v in launch.env.items() if spec.env.get(k) != v})  # the space's own
+        exports = "".join(f"{k}={shlex.quote(v)} " for k, v in sorted(env.items()))
+        yield Check(f"seed {seed.name}", True, exports + shlex.join(redact_argv(launch.argv)))

@@ -1,0 +1,128 @@
+"""`sweeper doctor` against the real OpenSSH test host: a healthy setup passes, and each planted
+problem is its own line with exit 1, with nothing launched and nothing written to results/."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from sweeper.sim.gpumem import record_gpu_memory
+from tests.e2e.conftest import TINY_SPACE
+from tests.sshd import free_port
+
+pytestmark = pytest.mark.slow
+BARE_PYTHON = "/usr/bin/python3"  # Debian's python: sweeper is not installed for it
+
+
+@pytest.fixture
+def doctor(cli, sshd, tmp_path):
+    """Runs `sweeper doctor` on a space text against the sshd host; returns (result, checks)."""
+    work = tmp_path / "remote-work"
+    entry = sshd.host_entry(work, base_port=free_port())
+
+    def run(space_text: str = TINY_SPACE, *extra: str, **host_keys):
+        (cli.workdir / "hosts.yaml").write_text(yaml.safe_dump({"hosts": {"box": {**entry, **host_keys}}}))
+        (cli.workdir / "space.yaml").write_text(space_text)
+        result = cli.run("doctor", "space.yaml", "--host", "box", "--json", *extra, timeout=120)
+        assert not list(work.rglob("server.log")) and not (cli.workdir / "results").exists()  # nothing launched
+        return result, json.loads(result.stdout)
+
+    run.cli, run.base_port = cli, entry["base_port"]
+    return run
+
+
+def problems(checks: list[dict]) -> set[str]:
+    return {c["name"] for c in checks if not c["ok"]}
+
+
+def test_a_healthy_setup_passes_every_check(doctor, ssh_home):
+    result, checks = doctor()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert problems(checks) == set()
+    names = [c["name"] for c in checks]
+    for name in ("connection", "python", "engine", "flags: fixed", "flags: moe_runner_backend", "model",
+                 "gpus", "gpus: free", "port", "disk", "seed baseline", "seed garbage"):
+        assert name in names
+    by_name = {c["name"]: c["detail"] for c in checks}
+    assert by_name["engine"].startswith("sim ")
+    assert "a hub id, not checked" in by_name["model"]
+    assert by_name["gpus"].count("97887 MiB") == 8
+    assert f"--port {doctor.base_port} " in by_name["seed baseline"]
+    assert "NCCL_PROTO=Simple " in by_name["seed baseline"]
+
+    text = doctor.cli.run("doctor", "space.yaml", "--host", "box")
+    assert text.returncode == 0
+    assert all(line.startswith("ok ") for line in text.stdout.splitlines())
+
+
+def test_missing_model_path(doctor, ssh_home):
+    result, checks = doctor(TINY_SPACE.replace("model: deepseek-ai/DeepSeek-V4-Flash", "model: /nonexistent/model"))
+    assert result.returncode == 1
+    assert problems(checks) == {"model"}
+
+
+def test_engine_not_installed(doctor, ssh_home):
+    result, checks = doctor(TINY_SPACE.replace("engine: sim", "engine: sglang"))
+    assert result.returncode == 1
+    assert problems(checks) == {"engine", "flags"}
+    assert "sglang is not installed" in next(c["detail"] for c in checks if c["name"] == "engine")
+
+
+@pytest.mark.skipif(not os.path.exists(BARE_PYTHON), reason="needs the system's python3")
+def test_a_host_python_that_cannot_run_the_engine(doctor, ssh_home):
+    # PYTHONPATH finds the checkout's metadata (the version line is ok), but not the simulator's
+    # dependencies: its --help fails, and that is the problem line
+    result, checks = doctor(python=BARE_PYTHON)
+    assert result.returncode == 1
+    assert problems(checks) == {"flags"}
+    detail = next(c["detail"] for c in checks if not c["ok"])
+    assert "cannot read the engine's flags" in detail and "No module named" in detail
+
+
+def test_a_choice_the_engine_does_not_list(doctor, ssh_home):
+    result, checks = doctor(TINY_SPACE.replace("choices: [marlin, flashinfer_mxfp4, triton]",
+                                               "choices: [marlin, flashinfer_mxfp4, triton, warp_drive]"))
+    assert result.returncode == 1
+    assert problems(checks) == {"flags: moe_runner_backend"}
+    detail = next(c["detail"] for c in checks if not c["ok"])
+    assert "--moe-runner-backend warp_drive: not one of the installed engine's choices" in detail
+
+
+def test_a_busy_gpu(doctor, ssh_home, sshd):
+    foreign = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "someone-elses-job"])
+    try:
+        record_gpu_memory(foreign.pid, 3, 40000, sshd.gpu_state)
+        result, checks = doctor()
+        assert foreign.poll() is None  # looked at, never touched
+    finally:
+        foreign.kill()
+        foreign.wait()
+    assert result.returncode == 1
+    assert problems(checks) == {"gpus: free"}
+    detail = next(c["detail"] for c in checks if not c["ok"])
+    assert f"pid {foreign.pid} (40000 MiB on GPU 3)" in detail and "someone-elses-job" in detail
+
+
+def test_a_busy_base_port(doctor, ssh_home):
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", doctor.base_port))
+        listener.listen()
+        result, checks = doctor()
+    assert result.returncode == 1
+    assert problems(checks) == {"port"}
+
+
+def test_an_unknown_host_key_is_a_problem_line_not_a_traceback(doctor, monkeypatch):
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)  # no ssh_home: the host key is not trusted
+    result, checks = doctor()
+    assert result.returncode == 1
+    assert [c["name"] for c in checks] == ["connection"] and not checks[0]["ok"]
+    assert "Traceback" not in result.stderr
+    text = doctor.cli.run("doctor", "space.yaml", "--host", "box")
+    assert text.stdout.startswith("problem  connection: box: ") and "fix: " in text.stdout
