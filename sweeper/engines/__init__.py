@@ -4,6 +4,7 @@ readiness paths, failure signatures and request dialect as data. Pure: no I/O.
 - base.py          the Engine protocol, EngineAdapter (its common half), LaunchSpec, Signature, build_env
 - sglang.py, vllm.py, transformers.py, llamacpp.py, sim.py   one adapter each
 - flags.py         the installed engine's flags, read from its --help, checked before a launch
+- installed.py     the installed engine read over a host: its version, its --help flags, a config's argv problems
 - versions.py      how flags changed between releases (data), so a refused flag names its replacement
 """
 

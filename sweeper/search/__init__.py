@@ -10,4 +10,5 @@
 - ablation.py  one lever at a time from a baseline, and finalist re-validation (pure)
 - stored.py    the one reader of what a study stored: its space, reference output, rejections, objective
 - reference.py how the reference outputs are chosen (a file, a seed, two agreeing configs)
+- doctor.py    `sweeper doctor`: every check a sweep of a space on a host needs, without a launch
 """
