@@ -1,5 +1,6 @@
 """Engine adapters by name: each turns a config into a LaunchSpec (argv, env), and holds its
-readiness paths, failure signatures and request dialect as data. Pure: no I/O.
+readiness paths, failure signatures and request dialect as data. The adapters are pure (no I/O);
+installed.py asks the host what is installed.
 
 - base.py          the Engine protocol, EngineAdapter (its common half), LaunchSpec, Signature, build_env
 - sglang.py, vllm.py, transformers.py, llamacpp.py, sim.py   one adapter each
