@@ -11,7 +11,8 @@ from optuna.trial import TrialState
 
 from sweeper.spec.space import Space
 from sweeper.sim.best import modelled_objective
-from sweeper.search.configs import config_key, excluded_by_rule, suggest_config, violated_constraints
+from sweeper.search.configs import config_key, suggest_config
+from sweeper.spec.rules import excluded_by_rule, violated_constraints
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

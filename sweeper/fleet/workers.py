@@ -35,7 +35,7 @@ from sweeper.hosts import Host, ServerProcess
 from sweeper.fleet.leases import LeaseBook, LeaseKeeper, slot_name
 from sweeper.search.trials import is_evaluation
 from sweeper.search.samplers import build_sampler
-from sweeper.search.configs import excluded_by_rule, violated_constraints
+from sweeper.spec.rules import excluded_by_rule, violated_constraints
 from sweeper.search.study import StudyHandle, SweepEvents, enqueue_retry, make_objective
 
 STORAGE_VAR = "SWEEPER_STORAGE"
@@ -73,9 +73,9 @@ def decide_claim(trials: Sequence[FrozenTrial], number: int, key: str, budget: i
     return ("run" if state == "open" else state), None
 
 
-def gpus_needed(space: Space, config: Mapping[str, Any]) -> int | None:
+def gpu_count_of(space: Space, config: Mapping[str, Any]) -> int | None:
     """GPUs a config needs, from the space's `gpus` expression (None: the whole host)."""
-    source = getattr(space, "gpus", None)
+    source = space.gpus
     if source is None:
         return None
     return int(parse_expr(source, space.names).evaluate(dict(config)))
@@ -84,7 +84,7 @@ def gpus_needed(space: Space, config: Mapping[str, Any]) -> int | None:
 def slot_plan(host_name: str, spec: HostSpec, gpu_set: str | None, need: int | None) -> tuple[list[str], str | None]:
     """(lease slots, CUDA_VISIBLE_DEVICES) for a trial on this worker's GPU set: its own set when
     the config fits in it, else every set of the host (the whole host)."""
-    sets = list(getattr(spec, "gpu_sets", []) or [])
+    sets = list(spec.gpu_sets)
     if not sets:
         return [slot_name(host_name, None)], None
     if gpu_set is not None and need is not None and need <= len(gpu_set.split(",")):
@@ -184,7 +184,7 @@ class SharedGate:
         """The leases this trial needs, held (and renewed) while it runs; yields its host spec."""
         handle = self.handle
         spec = handle.host_spec
-        slots, visible = slot_plan(handle.host_name, spec, self.gpu_set, gpus_needed(handle.space, config))
+        slots, visible = slot_plan(handle.host_name, spec, self.gpu_set, gpu_count_of(handle.space, config))
         keeper = LeaseKeeper(self.book, self.holder, self.options.heartbeat_s, self.options.poll_s)
         info = {"study": handle.name, "trial": trial.number}
         trial.set_user_attr("stage", "lease")

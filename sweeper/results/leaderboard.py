@@ -12,7 +12,9 @@ import pandas as pd
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
 
-from sweeper.search.trials import infeasible_reason, is_pareto_study, pareto_trials, study_space
+from sweeper.search.stored import output_rejected, reference_text, study_space
+from sweeper.search.trials import infeasible_reason, is_pareto_study, pareto_trials
+
 
 # Per-level columns: (column suffix, metric key in the level's metrics)
 LEVEL_COLUMNS = (
@@ -82,11 +84,11 @@ def leaderboard_frame(study: optuna.Study) -> pd.DataFrame:
     """Every trial, one row each, best feasible first, then the rest by trial number. In the
     Pareto mode the front comes first (by the first objective), then the dominated feasible
     trials, then the rest."""
-    reference = study.user_attrs.get("reference_text")
+    reference = reference_text(study)
     params, levels = parameter_names(study), concurrency_levels(study)
     pareto = is_pareto_study(study)
     front = {t.number for t in pareto_trials(study)} if pareto else set()
-    rejected = study.user_attrs.get("output_rejected")
+    rejected = output_rejected(study)
     rows = [trial_row(t, params, levels, reference, rejected, (t.number in front) if pareto else None)
             for t in study.get_trials(deepcopy=False)]
     frame = pd.DataFrame(rows)

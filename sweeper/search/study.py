@@ -26,15 +26,17 @@ from sweeper.hosts import Host, ServerProcess
 from sweeper.trial.gate import OutputSample
 from sweeper.hosts.procfs import read_stat
 from sweeper.search.pareto import dominated_verdict
-from sweeper.trial.reference import reference_samples, settle_reference as settle, use_reference_file
-from sweeper.search.record import ABANDONED, constraint_values, judge_level, objective_values, outcome_attrs
+from sweeper.search.reference import reference_samples, settle_reference as settle, use_reference_file
+from sweeper.search.record import constraint_values, judge_level, objective_values, outcome_attrs
 from sweeper.search.trials import best_trial, feasible_trials, is_evaluation, is_feasible
 from sweeper.fleet.leases import schema_lock
 from sweeper.results.provenance import engine_provenance
 from sweeper.redact import MASK, redact_env, redact_url
 from sweeper.search.samplers import build_sampler
+from sweeper.search.stored import output_rejected, reference_text
 from sweeper.search.configs import config_key, suggest_config
 from sweeper.trial.pipeline import TrialContext, run_trial
+from sweeper.outcomes import FailureKind
 
 MAX_RETRIES = 2
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -82,13 +84,8 @@ def study_exists(storage: optuna.storages.BaseStorage, name: str) -> bool:
 class SweepEvents(Protocol):
     def trial_started(self, number: int, evaluation: int, budget: int, config: dict) -> None: ...
     def stage(self, number: int, stage: str) -> None: ...
+    def level(self, number: int, level: int, metrics: dict) -> None: ...
     def trial_finished(self, number: int, summary: str, best: float | None) -> None: ...
-
-
-class QuietEvents:
-    def trial_started(self, number, evaluation, budget, config): pass
-    def stage(self, number, stage): pass
-    def trial_finished(self, number, summary, best): pass
 
 
 # ---------------------------------------------------------------- creating and loading
@@ -214,10 +211,6 @@ def find_duplicate(study: optuna.Study, key: str, number: int) -> FrozenTrial | 
     return None
 
 
-def reference_text(study: optuna.Study) -> str | None:
-    return study.user_attrs.get("reference_text")
-
-
 def passed_gate(outcome) -> bool:
     """The trial's outputs passed the correctness gate (a later load or stop failure does not make
     them wrong: they can still be the reference)."""
@@ -225,7 +218,7 @@ def passed_gate(outcome) -> bool:
 
 
 def settle_reference(handle: StudyHandle, trial: optuna.Trial, samples: list[dict] | None) -> None:
-    """sweeper/trial/reference.py: the named seed's outputs, or two agreeing configs', become the reference."""
+    """sweeper/search/reference.py: the named seed's outputs, or two agreeing configs', become the reference."""
     settle(handle.study, handle.space, handle.dir, trial,
            [OutputSample.from_dict(s) for s in samples] if samples else None)
 
@@ -261,32 +254,12 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents,
         trial_dir = handle.dir / "trials" / str(trial.number)
         trial_dir.mkdir(parents=True, exist_ok=True)
         (trial_dir / "config.json").write_text(json.dumps(config, indent=2))
-
-        def on_stage(stage: str) -> None:
-            trial.set_user_attr("stage", stage)
-            events.stage(trial.number, stage)
-
-        def on_started(proc: ServerProcess) -> None:
-            trial.set_user_attr("process", proc.to_dict())
-            if gate is not None:
-                gate.server_started(trial, proc)
-
-        measured: dict[int, dict] = {}
-
-        def on_level(level: int, metrics: dict):
-            measured[level] = metrics
-            if space.is_pareto:  # Optuna has no intermediate values in multi-objective studies
-                return judge_level(space, level, metrics, None) or dominated_verdict(space, measured, _front_points(study))
-            value = metrics.get(space.objective.metric)
-            if value is not None and metrics.get("valid"):
-                trial.report(float(value), step=level)
-            return judge_level(space, level, metrics, _best_value(study))
-
+        watch = TrialWatch(handle, trial, events, gate)
         try:
             with gate.hold(trial, config) if gate is not None else nullcontext(handle.host_spec) as host_spec:
                 ctx = TrialContext(space=space, engine=engine, host=host, host_spec=host_spec,
                                    trial_dir=trial_dir, reference_samples=reference_samples(study),
-                                   on_stage=on_stage, on_started=on_started, on_level=on_level,
+                                   on_stage=watch.on_stage, on_started=watch.on_started, on_level=watch.on_level,
                                    known_servers=lambda: study_servers(study, handle.host_name),
                                    known_flags=known_flags)
                 outcome = run_trial(ctx, config)
@@ -297,22 +270,59 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents,
             trial.set_user_attr("infra_error", str(exc))
             enqueue_retry(study, trial.number, trial.params, trial.user_attrs)
             raise
-        for name, value in outcome_attrs(outcome).items():
-            trial.set_user_attr(name, value)
-        for name, value in constraint_values(outcome, space).items():
-            trial.set_constraint(name, value)
-        settle_reference(handle, trial, outcome.output_samples if passed_gate(outcome) else None)
-        values = objective_values(space, outcome)
-        (trial_dir / "outcome.json").write_text(json.dumps(
-            {"config": config, "value": values[0], "values": values, **outcome_attrs(outcome)},
-            indent=2, default=str))
-        trial.set_user_attr("stage", "done")
+        values = record_outcome(handle, trial, config, outcome, trial_dir)
         events.trial_finished(trial.number, _summary(outcome, values), _best_value(study))
-        if outcome.failure and outcome.failure.kind == ABANDONED:
+        if outcome.failure and outcome.failure.kind == FailureKind.ABANDONED:
             raise optuna.TrialPruned(outcome.failure.message)  # a partial result, recorded as such
         return values if space.is_pareto else values[0]
 
     return objective
+
+
+class TrialWatch:
+    """What the study hears from a running trial: its stage and server (kept in the trial, so
+    `show` and `resume` see them) and each level's metrics (reported to the pruner, or judged
+    against the front in the Pareto mode)."""
+
+    def __init__(self, handle: StudyHandle, trial: optuna.Trial, events: SweepEvents, gate: TrialGate | None):
+        self.handle, self.trial, self.events, self.gate = handle, trial, events, gate
+        self.measured: dict[int, dict] = {}
+
+    def on_stage(self, stage: str) -> None:
+        self.trial.set_user_attr("stage", stage)
+        self.events.stage(self.trial.number, stage)
+
+    def on_started(self, proc: ServerProcess) -> None:
+        self.trial.set_user_attr("process", proc.to_dict())
+        if self.gate is not None:
+            self.gate.server_started(self.trial, proc)
+
+    def on_level(self, level: int, metrics: dict):
+        """None to go on, or the Failure that abandons the rest of the ladder."""
+        self.measured[level] = metrics
+        self.events.level(self.trial.number, level, metrics)
+        space, study = self.handle.space, self.handle.study
+        if space.is_pareto:  # Optuna has no intermediate values in multi-objective studies
+            return judge_level(space, level, metrics, None) or dominated_verdict(space, self.measured,
+                                                                                 _front_points(study))
+        value = metrics.get(space.objective.metric)
+        if value is not None and metrics.get("valid"):
+            self.trial.report(float(value), step=level)
+        return judge_level(space, level, metrics, _best_value(study))
+
+
+def record_outcome(handle: StudyHandle, trial: optuna.Trial, config: dict, outcome, trial_dir: Path) -> list[float]:
+    """The outcome into the study (attrs, constraints, the reference) and outcome.json; its values."""
+    for name, value in outcome_attrs(outcome).items():
+        trial.set_user_attr(name, value)
+    for name, value in constraint_values(outcome, handle.space).items():
+        trial.set_constraint(name, value)
+    settle_reference(handle, trial, outcome.output_samples if passed_gate(outcome) else None)
+    values = objective_values(handle.space, outcome)
+    (trial_dir / "outcome.json").write_text(json.dumps(
+        {"config": config, "value": values[0], "values": values, **outcome_attrs(outcome)}, indent=2, default=str))
+    trial.set_user_attr("stage", "done")
+    return values
 
 
 def _copy_duplicate(trial: optuna.Trial, duplicate: FrozenTrial) -> float | list[float]:
@@ -395,17 +405,16 @@ def installed_flags(study: optuna.Study, space: Space, host: Host) -> dict[str, 
     if result.returncode != 0:
         raise UserError(f"cannot read the engine's flags on {host.name}: {result.describe()}")
     flags = parse_help_flags(result.stdout)
-    fixed = get_engine(space.engine).build_launch_spec(space, {}, HostSpec(transport="local"), 1, python)
-    if problems := flag_problems(fixed.argv, flags, getattr(engine, "checks_short_flags", False),
-                                 getattr(engine, "flag_family", None)):
+    fixed = engine.build_launch_spec(space, {}, HostSpec(transport="local"), 1, python)
+    if problems := flag_problems(fixed.argv, flags, engine.checks_short_flags, engine.flag_family):
         raise UserError(f"the space's fixed flags do not fit {key}: {'; '.join(problems)}")
     study.set_user_attr("engine_flags", {"key": key, "flags": flags})
     study.set_user_attr("engine_version", version_text)
     # deprecations are dated by the engine's own releases (the simulator's version is sweeper's)
     space_flags = list(fixed.argv) + [p.flag for p in (*space.parameters.values(), *space.derived.values()) if p.flag]
-    family = getattr(engine, "flag_family", None)
-    if family == space.engine and (warnings := deprecation_warnings(space_flags, family, version_text)):
-        study.set_user_attr("engine_warnings", warnings)  # `sweeper show` lists them
+    if engine.flag_family == space.engine and (
+            deprecated := deprecation_warnings(space_flags, engine.flag_family, version_text)):
+        study.set_user_attr("engine_warnings", deprecated)  # `sweeper show` lists them
     return flags
 
 
@@ -437,7 +446,7 @@ def measured_values(study: optuna.Study) -> list[tuple[str, list[float] | None]]
     """(label, every objective's value, or None when the run failed) of every labelled, finished
     trial: the Pareto mode has two."""
     reference = reference_text(study)
-    rejected = study.user_attrs.get("output_rejected")
+    rejected = output_rejected(study)
     return [(t.user_attrs["label"], list(t.values) if is_feasible(t, reference, rejected) else None)
             for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             if "label" in t.user_attrs]

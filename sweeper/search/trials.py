@@ -12,10 +12,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.errors import UserError
 from sweeper.search.pareto import front_keys
-
-
-def study_space(study: optuna.Study) -> dict:
-    return study.user_attrs.get("space", {})
+from sweeper.search.stored import output_rejected, reference_text
 
 
 
@@ -59,7 +56,7 @@ def is_pareto_study(study: optuna.Study) -> bool:
 
 
 def feasible_trials(study: optuna.Study) -> list[FrozenTrial]:
-    reference, rejected = study.user_attrs.get("reference_text"), study.user_attrs.get("output_rejected")
+    reference, rejected = reference_text(study), output_rejected(study)
     return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             if is_feasible(t, reference, rejected)]
 

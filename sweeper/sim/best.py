@@ -17,7 +17,8 @@ from sweeper.sim.config import SimConfig, sim_config_from
 from sweeper.sim.failures import failure_of
 from sweeper.sim.perf import modelled_level_metrics
 from sweeper.sim.args import build_arg_parser
-from sweeper.search.configs import enumerate_configs, excluded_by_rule, violated_constraints
+from sweeper.search.configs import enumerate_configs
+from sweeper.spec.rules import excluded_by_rule, violated_constraints
 
 _MODELLED = {
     "output_throughput": lambda m: m.output_throughput,

@@ -38,6 +38,12 @@ class HostSpec(Strict):
     # e.g. ["0,1,2,3", "4,5,6,7"]; a config whose space `gpus` fits in one set runs in it
     gpu_sets: list[str] = []
 
+    @field_validator("gpu_gate", mode="before")
+    @classmethod
+    def _switch_words(cls, value):
+        # YAML 1.1 reads an unquoted on/off/yes/no as a bool; for a switch the meaning is plain
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
     @model_validator(mode="after")
     def _ssh_needs_address(self) -> "HostSpec":
         if self.transport == "ssh" and not self.address:
@@ -65,7 +71,14 @@ class HostsFile(Strict):
 
 # ---------------------------------------------------------------- search spaces
 
+DEFAULT_HOSTS_FILE = Path("hosts.yaml")
+BUILTIN_HOSTS = HostsFile(hosts={"local": HostSpec(transport="local")})
+
+
 def load_hosts(path: Path) -> HostsFile:
+    """The hosts file; with none at the default path, the built-in `local` host (this machine)."""
+    if path == DEFAULT_HOSTS_FILE and not path.exists():
+        return BUILTIN_HOSTS
     return load_model(path, HostsFile)
 
 

@@ -28,17 +28,26 @@ def load_model(path: Path, model: type[BaseModel]):
 
 
 def validate_model(source: Path | str, data: Any, lines: dict, model: type[BaseModel]):
+    """The validated model, or one ConfigError listing every problem pydantic found."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        loc = _strip_union_tags(error["loc"], data)
-        message = error["msg"].removeprefix("Value error, ")
-        if error["type"] == "extra_forbidden":
-            message = "unknown key"
-        elif "input" in error and error["type"] not in ("missing",) and not isinstance(error["input"], dict):
-            message += f" (got {error['input']!r})"
-        raise ConfigError(str(source), format_path(loc), message, line_of(lines, loc)) from None
+        errors, seen = [], set()
+        for error in exc.errors():
+            loc = _strip_union_tags(error["loc"], data)
+            if loc not in seen:  # a union reports each alternative's complaint about one key
+                seen.add(loc)
+                errors.append(ConfigError(str(source), format_path(loc), _message(error), line_of(lines, loc)))
+        raise ConfigError.all_of(sorted(errors, key=lambda e: e.line or 0)) from None
+
+
+def _message(error: dict) -> str:
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        return "unknown key"
+    if "input" in error and error["type"] not in ("missing",) and not isinstance(error["input"], dict):
+        message += f" (got {error['input']!r})"
+    return message
 
 
 def _strip_union_tags(loc: tuple, data: Any) -> KeyPath:

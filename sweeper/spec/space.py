@@ -4,15 +4,17 @@ correctness check) and the loader that cross-checks them."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, field_validator, model_validator
 
 from sweeper.errors import ConfigError
-from sweeper.spec.expr import Expr, ExprError, parse_expr
+from sweeper.outcomes import LATENCY_METRICS, THROUGHPUT_METRICS, MetricName
+from sweeper.spec.expr import MAX_PROBES, Expr, ExprError, Missing, first_type_error, parse_expr
 from sweeper.spec.loading import Strict, validate_model
 from sweeper.spec.yamlfile import KeyPath, format_path, line_of, parse_yaml_with_lines
 
@@ -154,23 +156,16 @@ class Workload(Strict):
 
 
 class Objective(Strict):
-    metric: Literal[
-        "output_throughput", "total_throughput", "request_throughput",
-        "median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "median_e2e_latency_ms",
-    ] = "output_throughput"
+    metric: MetricName = "output_throughput"
     level: int | None = Field(None, description="concurrency level; default the highest")
     direction: Literal["maximize", "minimize"] = "maximize"
-
-
-THROUGHPUT_METRICS = ("output_throughput", "total_throughput", "request_throughput")
-LATENCY_METRICS = ("median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "median_e2e_latency_ms")
 
 
 class ObjectiveTerm(Strict):
     """One of the two objectives of the Pareto mode (`objectives:`); its direction follows from
     the metric: a throughput is maximised, a latency minimised."""
 
-    metric: Literal[THROUGHPUT_METRICS + LATENCY_METRICS]  # type: ignore[valid-type]
+    metric: MetricName
     level: int | None = Field(None, description="concurrency level; default the highest for a "
                                                 "throughput, the lowest for a latency")
 
@@ -179,9 +174,9 @@ class ObjectiveTerm(Strict):
 class Goal:
     """One objective as the study optimises it: a metric read at a level, and a direction."""
 
-    metric: str
+    metric: MetricName
     level: int
-    direction: str
+    direction: Literal["maximize", "minimize"]
 
     @property
     def name(self) -> str:
@@ -191,10 +186,7 @@ class Goal:
 class Target(Strict):
     """What the deployment must reach: the report gives the gap from the best config to it."""
 
-    metric: Literal[
-        "output_throughput", "total_throughput", "request_throughput",
-        "median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "median_e2e_latency_ms",
-    ] = "output_throughput"
+    metric: MetricName = "output_throughput"
     value: float = Field(gt=0)
     level: int | None = Field(None, description="concurrency level; default the highest")
 
@@ -319,8 +311,9 @@ def parse_space(text: str, source: str) -> Space:
     if not isinstance(data, dict):
         raise ConfigError(source, "", "expected a mapping at the top level")
     space = validate_model(source, data, lines, Space)
-    for problem_path, message in _cross_check_space(space):
-        raise ConfigError(source, format_path(problem_path), message, line_of(lines, problem_path))
+    if problems := _cross_check_space(space):
+        raise ConfigError.all_of([ConfigError(source, format_path(path), message, line_of(lines, path))
+                                  for path, message in problems])
     return space
 
 
@@ -344,28 +337,10 @@ def _cross_check_space(space: Space) -> list[tuple[KeyPath, str]]:
     for name, derived in space.derived.items():
         if name in space.parameters:
             problems.append((("derived", name), "already a sampled parameter"))
-        try:
-            parse_expr(derived.expr, set(names))
-        except ExprError as exc:
-            problems.append((("derived", name, "expr"), str(exc)))
         for other in derived.when:
             if other not in names:
                 problems.append((("derived", name, "when", other), "a condition must name a sampled parameter"))
-    for index, source in enumerate(space.constraints):
-        try:
-            parse_expr(source, space.names)
-        except ExprError as exc:
-            problems.append((("constraints", index), str(exc)))
-    for index, rule in enumerate(space.rules):
-        try:
-            parse_expr(rule.forbid, space.names)
-        except ExprError as exc:
-            problems.append((("rules", index, "forbid"), str(exc)))
-    if space.gpus is not None:
-        try:
-            parse_expr(space.gpus, space.names)
-        except ExprError as exc:
-            problems.append((("gpus",), str(exc)))
+    problems += _check_expressions(space)
     seed_names = [seed.name for seed in space.seeds]
     for index, seed in enumerate(space.seeds):
         for key in seed.params:
@@ -380,6 +355,59 @@ def _cross_check_space(space: Space) -> list[tuple[KeyPath, str]]:
     if space.perf_target and space.perf_target.level not in (None, *space.workload.concurrency):
         problems.append((("target", "level"), f"{space.perf_target.level} is not one of workload.concurrency"))
     return problems
+
+
+def _expressions(space: Space) -> list[tuple[KeyPath, str, set[str]]]:
+    """(key path, source, the names it may use) of every expression in the space."""
+    sampled = set(space.parameters)
+    return ([(("derived", name, "expr"), d.expr, sampled) for name, d in space.derived.items()]
+            + [(("constraints", i), source, space.names) for i, source in enumerate(space.constraints)]
+            + [(("rules", i, "forbid"), rule.forbid, space.names) for i, rule in enumerate(space.rules)]
+            + ([(("gpus",), space.gpus, space.names)] if space.gpus is not None else []))
+
+
+def _check_expressions(space: Space) -> list[tuple[KeyPath, str]]:
+    """Each expression parses, names only known parameters, and evaluates on every combination of
+    the values they can take (a categorical mixing 'auto' and numbers under `<` is refused here)."""
+    problems: list[tuple[KeyPath, str]] = []
+    domains = _value_domains(space)
+    for path, source, known in _expressions(space):
+        try:
+            expr = parse_expr(source, known)
+        except ExprError as exc:
+            problems.append((path, str(exc)))
+            continue
+        if reason := first_type_error(expr, domains):
+            problems.append((path, reason))
+    return problems
+
+
+def _value_domains(space: Space) -> dict[str, list[Any]]:
+    """Values each parameter can take, for probing expressions: a categorical's choices, a range's
+    ends and middle, a bool's two values, and each derived value over its parameters' domains."""
+    domains: dict[str, list[Any]] = {}
+    for name, param in space.parameters.items():
+        if isinstance(param, CategoricalParam):
+            domains[name] = list(param.choices)
+        elif isinstance(param, BoolParam):
+            domains[name] = [False, True]
+        else:
+            middle = (param.low + param.high) // 2 if isinstance(param, IntParam) else (param.low + param.high) / 2
+            domains[name] = [param.low, middle, param.high]
+    for name, derived in space.derived.items():
+        try:
+            expr = parse_expr(derived.expr, set(space.parameters))
+        except ExprError:
+            continue  # reported by _check_expressions
+        names = sorted(expr.names)
+        values = []
+        for combo in itertools.islice(itertools.product(*(domains[n] for n in names)), MAX_PROBES):
+            try:
+                values.append(expr.evaluate(dict(zip(names, combo))))
+            except (ExprError, Missing):
+                continue
+        domains[name] = list({json.dumps(v, default=str): v for v in values}.values())
+    return domains
 
 
 def _check_objectives(space: Space) -> list[tuple[KeyPath, str]]:

@@ -34,7 +34,7 @@ from sweeper.loadgen.metrics import combine_repeats, summarize_level
 from sweeper.loadgen.onhost import LoadPlace, controller_runner, load_place
 from sweeper.loadgen.workload import build_prompt_texts, build_prompt_token_ids
 from sweeper.redact import redact_env
-from sweeper.search.configs import excluded_by_rule, violated_constraints
+from sweeper.spec.rules import excluded_by_rule, violated_constraints
 
 LOG_TAIL_LINES = 40
 BAD_OUTPUT = "bad_output"  # the failure kind of a config whose greedy outputs fail the gate

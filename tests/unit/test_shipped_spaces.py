@@ -22,7 +22,8 @@ from sweeper.spec.space import load_space
 from sweeper.engines import get_engine
 from sweeper.engines.flags import flag_problems, parse_help_flags
 from sweeper.engines.versions import deprecation_warnings
-from sweeper.search.configs import excluded_by_rule, violated_constraints, with_derived
+from sweeper.spec.rules import excluded_by_rule, violated_constraints
+from sweeper.search.configs import with_derived
 
 ROOT = Path(__file__).parents[2]
 SPACES = sorted((ROOT / "search_spaces").glob("*.yaml"))

@@ -5,7 +5,8 @@ import pytest
 
 from sweeper.spec.space import parse_space
 from sweeper.spec.expr import ExprError, parse_expr
-from sweeper.search.configs import config_key, count_configs, enumerate_configs, is_active, suggest_config, violated_constraints
+from sweeper.search.configs import config_key, count_configs, enumerate_configs, is_active, suggest_config
+from sweeper.spec.rules import violated_constraints
 
 SPACE = parse_space("""\
 name: t
@@ -121,7 +122,7 @@ def test_derived_parameters_are_computed_not_sampled():
 
 
 def test_rules_exclude_with_their_reason():
-    from sweeper.search.configs import excluded_by_rule
+    from sweeper.spec.rules import excluded_by_rule
 
     assert excluded_by_rule(RULED, {"tp_size": 8, "moe": "triton", "ep_size": 1}).startswith("FP4 experts need")
     assert excluded_by_rule(RULED, {"tp_size": 8, "moe": "marlin", "ep_size": 8}) is None
