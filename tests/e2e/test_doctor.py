@@ -14,7 +14,7 @@ import yaml
 
 from sweeper.sim.gpumem import record_gpu_memory
 from tests.e2e.conftest import TINY_SPACE
-from tests.sshd import free_port
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 BARE_PYTHON = "/usr/bin/python3"  # Debian's python: sweeper is not installed for it
