@@ -15,10 +15,11 @@ from pathlib import Path
 
 import optuna
 
-from sweeper.config import load_space
+from sweeper.spec.space import load_space
 from sweeper.sim.best import best_config, modelled_objective
-from sweeper.space import config_key, suggest_config, violated_constraints
-from sweeper.samplers import build_sampler
+from sweeper.search.configs import config_key, suggest_config
+from sweeper.spec.rules import violated_constraints
+from sweeper.search.samplers import build_sampler
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

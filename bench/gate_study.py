@@ -15,11 +15,11 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from sweeper.config import parse_space
+from sweeper.spec.space import parse_space
 from sweeper.sim.best import sim_config_of
 from sweeper.sim.failures import FP4_CAPABLE_MOE_BACKENDS
-from sweeper.space import with_derived
-from sweeper.study import load_study
+from sweeper.search.configs import with_derived
+from sweeper.search.study import load_study
 
 
 def main() -> None:

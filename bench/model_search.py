@@ -9,9 +9,10 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import TrialState
 
-from sweeper.config import Space
+from sweeper.spec.space import Space
 from sweeper.sim.best import modelled_objective
-from sweeper.space import config_key, excluded_by_rule, suggest_config, violated_constraints
+from sweeper.search.configs import config_key, suggest_config
+from sweeper.spec.rules import excluded_by_rule, violated_constraints
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

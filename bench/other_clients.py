@@ -10,7 +10,7 @@ import asyncio
 import json
 import math
 import time
-from typing import AsyncIterator, Awaitable, Callable
+from typing import AsyncIterator, Callable
 
 from sweeper.loadgen.client import LevelRun, RequestSample, _StreamTally
 from sweeper.loadgen.endpoints import build_request_body, endpoint_url

@@ -20,10 +20,11 @@ from pathlib import Path
 
 import optuna
 
-from sweeper.config import ObjectiveTerm, Space, load_space
-from sweeper.samplers import GridOrderSampler, build_sampler
+from sweeper.spec.space import ObjectiveTerm, Space, load_space
+from sweeper.search.samplers import GridOrderSampler, build_sampler
 from sweeper.sim.best import modelled_front, modelled_pair
-from sweeper.space import config_key, enumerate_configs, excluded_by_rule, suggest_config, violated_constraints
+from sweeper.search.configs import config_key, enumerate_configs, suggest_config
+from sweeper.spec.rules import excluded_by_rule, violated_constraints
 
 warnings.filterwarnings("ignore")
 optuna.logging.set_verbosity(optuna.logging.WARNING)

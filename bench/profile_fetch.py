@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sweeper.config import HostSpec  # noqa: E402
+from sweeper.spec.hosts import HostSpec
 from sweeper.hosts.ssh import SSHHost  # noqa: E402
 from sweeper.profile.fetch import fetch_traces, list_files  # noqa: E402
 from tests.sshd import start_sshd  # noqa: E402

@@ -11,12 +11,24 @@ class UserError(Exception):
 
 
 class ConfigError(UserError):
-    """A config file is wrong; the message names the file, the line and the key path."""
+    """A config file is wrong; the message names the file, the line and the key path. One error
+    can carry the file's other problems (`others`): each is one more line of the message."""
 
-    def __init__(self, file: str, path: str, message: str, line: int | None = None):
-        self.file, self.path, self.line, self.detail = file, path, line, message
-        where = f"{file}:{line}" if line else file
-        super().__init__(f"{where}: {path or '<top>'}: {message}")
+    def __init__(self, file: str, path: str, message: str, line: int | None = None,
+                 others: tuple["ConfigError", ...] = ()):
+        self.file, self.path, self.line, self.detail, self.others = file, path, line, message, tuple(others)
+        super().__init__("\n".join([self.first_line, *(o.first_line for o in self.others)]))
+
+    @property
+    def first_line(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        return f"{where}: {self.path or '<top>'}: {self.detail}"
+
+    @classmethod
+    def all_of(cls, errors: list["ConfigError"]) -> "ConfigError":
+        """One error reporting every problem found, in the order given."""
+        first, *rest = errors
+        return cls(first.file, first.path, first.detail, first.line, tuple(rest))
 
 
 class InfraError(Exception):

@@ -6,8 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
-from sweeper.config import HostSpec, Space
+from sweeper.spec.hosts import HostSpec
+from sweeper.spec.space import Space
 from sweeper.loadgen.endpoints import RequestDialect
+from sweeper.outcomes import FailureKind
 
 
 @dataclass(frozen=True)
@@ -22,7 +24,10 @@ class Signature:
     """A log substring that means the server failed, and the kind of failure it is."""
 
     substring: str
-    kind: str
+    kind: FailureKind
+
+    def __post_init__(self) -> None:  # the tables spell kinds as strings: a typo fails at import
+        object.__setattr__(self, "kind", FailureKind(self.kind))
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,8 @@ class EngineInfo:
 
 class Engine(Protocol):
     info: EngineInfo
+    checks_short_flags: bool  # whether its help lists short flags (-t), so they are checked too
+    flag_family: str | None  # whose flag history (versions.py) explains a refused flag
 
     def build_launch_spec(self, space: Space, config: Mapping[str, Any], host: HostSpec,
                           port: int, python: str) -> LaunchSpec: ...
@@ -60,6 +67,43 @@ class Engine(Protocol):
     def version_argv(self, python: str) -> list[str]:
         """The command that prints the installed engine's version (the flag table's cache key)."""
         ...
+
+
+class EngineAdapter:
+    """The Engine protocol's common half: an adapter gives its `info`, `distribution` and
+    `build_argv`, and overrides what differs."""
+
+    info: EngineInfo
+    distribution: str  # the package whose version the flag table is cached under
+    checks_short_flags = False
+    flag_family: str | None = None
+
+    def build_argv(self, space: Space, config: Mapping[str, Any], port: int, python: str) -> list[str]:
+        raise NotImplementedError
+
+    def build_launch_spec(self, space: Space, config: Mapping[str, Any], host: HostSpec,
+                          port: int, python: str) -> LaunchSpec:
+        argv = self.build_argv(space, config, port, python)
+        return LaunchSpec(argv=tuple(argv), env=build_env(space, config, host), port=port)
+
+    def served_model(self, space: Space) -> str:
+        return space.model
+
+    def clock_scale(self, space: Space) -> float:
+        return 1.0
+
+    def version_argv(self, python: str) -> list[str]:
+        return package_version_argv(python, self.distribution)
+
+
+def build_env(space: Space, config: Mapping[str, Any], host: HostSpec) -> dict[str, str]:
+    """Host env, then the space's fixed env, then parameters: the most specific wins."""
+    env = {**host.env, **space.fixed_env}
+    for name, value in config.items():
+        target = space.target(name)
+        if target.env:
+            env[target.env] = env_value(value)
+    return env
 
 
 def classify_log(text: str, signatures: Sequence[Signature]) -> Signature | None:

@@ -12,9 +12,8 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from sweeper.config import HostSpec, Space
-from sweeper.engines.base import EngineInfo, LaunchSpec, Readiness, Signature, space_flag_args
-from sweeper.engines.sglang import build_env
+from sweeper.spec.space import Space
+from sweeper.engines.base import EngineAdapter, EngineInfo, Readiness, Signature, space_flag_args
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"  # the sdist scripts/build_llama_server.sh builds from
 BINARY_ENV = "SWEEPER_LLAMA_SERVER"
@@ -74,7 +73,7 @@ def build_llamacpp_argv(binary: str, space: Space, config: Mapping[str, Any], po
     return argv + space_flag_args(space, config)
 
 
-class LlamaCppEngine:
+class LlamaCppEngine(EngineAdapter):
     info = LLAMACPP_INFO
     checks_short_flags = True  # llama-server's help lists its short flags (-t, -np, ...)
     flag_family = "llamacpp"
@@ -88,13 +87,5 @@ class LlamaCppEngine:
     def version_argv(self, python: str) -> list[str]:
         return [self.binary(), "--version"]
 
-    def build_launch_spec(self, space: Space, config: Mapping[str, Any], host: HostSpec,
-                          port: int, python: str) -> LaunchSpec:
-        argv = build_llamacpp_argv(self.binary(), space, config, port)
-        return LaunchSpec(argv=tuple(argv), env=build_env(space, config, host), port=port)
-
-    def served_model(self, space: Space) -> str:
-        return space.model
-
-    def clock_scale(self, space: Space) -> float:
-        return 1.0
+    def build_argv(self, space: Space, config: Mapping[str, Any], port: int, python: str) -> list[str]:
+        return build_llamacpp_argv(self.binary(), space, config, port)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from sweeper.config import HostSpec, Space
+from sweeper.spec.space import Space
 from sweeper.engines.base import (
-    EngineInfo, LaunchSpec, Readiness, Signature, env_value, package_version_argv, space_flag_args,
+    EngineAdapter, EngineInfo, Readiness, Signature, space_flag_args,
 )
 
 # Exact substrings from SGLang's logs (../shared/reference/engines.md), each found in the 0.5.23
@@ -47,35 +47,14 @@ def build_sglang_argv(module: str, space: Space, config: Mapping[str, Any], port
     return argv + space_flag_args(space, config)
 
 
-def build_env(space: Space, config: Mapping[str, Any], host: HostSpec) -> dict[str, str]:
-    """Host env, then the space's fixed env, then parameters: the most specific wins."""
-    env = {**host.env, **space.fixed_env}
-    for name, value in config.items():
-        target = space.target(name)
-        if target.env:
-            env[target.env] = env_value(value)
-    return env
-
-
-class SGLangEngine:
+class SGLangEngine(EngineAdapter):
     info = SGLANG_INFO
     module = "sglang.launch_server"
-    distribution = "sglang"  # the package whose version the flag table is cached under
-    flag_family = "sglang"  # whose flag history (versions.py) explains a refused flag
+    distribution = "sglang"
+    flag_family = "sglang"
 
     def help_argv(self, python: str) -> list[str]:
         return [python, "-m", self.module, "--help"]
 
-    def version_argv(self, python: str) -> list[str]:
-        return package_version_argv(python, self.distribution)
-
-    def build_launch_spec(self, space: Space, config: Mapping[str, Any], host: HostSpec,
-                          port: int, python: str) -> LaunchSpec:
-        argv = build_sglang_argv(self.module, space, config, port, python)
-        return LaunchSpec(argv=tuple(argv), env=build_env(space, config, host), port=port)
-
-    def served_model(self, space: Space) -> str:
-        return space.model
-
-    def clock_scale(self, space: Space) -> float:
-        return 1.0
+    def build_argv(self, space: Space, config: Mapping[str, Any], port: int, python: str) -> list[str]:
+        return build_sglang_argv(self.module, space, config, port, python)

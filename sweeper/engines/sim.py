@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sweeper.config import Space
+from sweeper.spec.space import Space
 from sweeper.engines.sglang import SGLANG_INFO, SGLangEngine
 
 TIME_SCALE_FLAG = "--time-scale"

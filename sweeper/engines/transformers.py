@@ -16,9 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from sweeper.config import HostSpec, Space
-from sweeper.engines.base import EngineInfo, LaunchSpec, Readiness, Signature, package_version_argv, space_flag_args
-from sweeper.engines.sglang import build_env
+from sweeper.spec.space import Space
+from sweeper.engines.base import EngineAdapter, EngineInfo, Readiness, Signature, space_flag_args
 from sweeper.loadgen.endpoints import RequestDialect
 
 MODULE = "transformers.cli.transformers"  # has a __main__ guard; the `transformers` script runs it
@@ -92,23 +91,15 @@ def build_transformers_argv(python: str, space: Space, config: Mapping[str, Any]
     return argv + space_flag_args(space, config)
 
 
-class TransformersEngine:
+class TransformersEngine(EngineAdapter):
     info = TRANSFORMERS_INFO
     distribution = "transformers"
 
     def help_argv(self, python: str) -> list[str]:
         return [python, "-m", MODULE, "serve", "--help"]
 
-    def version_argv(self, python: str) -> list[str]:
-        return package_version_argv(python, self.distribution)
-
-    def build_launch_spec(self, space: Space, config: Mapping[str, Any], host: HostSpec,
-                          port: int, python: str) -> LaunchSpec:
-        argv = build_transformers_argv(python, space, config, port)
-        return LaunchSpec(argv=tuple(argv), env=build_env(space, config, host), port=port)
+    def build_argv(self, space: Space, config: Mapping[str, Any], port: int, python: str) -> list[str]:
+        return build_transformers_argv(python, space, config, port)
 
     def served_model(self, space: Space) -> str:
         return served_model_path(space.model)
-
-    def clock_scale(self, space: Space) -> float:
-        return 1.0

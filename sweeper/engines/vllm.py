@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from sweeper.config import HostSpec, Space
-from sweeper.engines.base import EngineInfo, LaunchSpec, Readiness, Signature, package_version_argv, space_flag_args
-from sweeper.engines.sglang import build_env
+from sweeper.spec.space import Space
+from sweeper.engines.base import EngineAdapter, EngineInfo, Readiness, Signature, space_flag_args
 
 # Exact substrings from vLLM 0.33's sources and logs (engines.md; vllm/v1/core/kv_cache_planning.py,
 # vllm/v1/worker/utils.py, vllm/v1/engine/utils.py); most specific first: the engine core's own
@@ -42,7 +41,7 @@ def build_vllm_argv(module: str, space: Space, config: Mapping[str, Any], port: 
     return argv + space_flag_args(space, config)
 
 
-class VLLMEngine:
+class VLLMEngine(EngineAdapter):
     info = VLLM_INFO
     module = "vllm.entrypoints.cli.main"
     distribution = "vllm"
@@ -51,13 +50,5 @@ class VLLMEngine:
     def help_argv(self, python: str) -> list[str]:
         return [python, "-m", self.module, "serve", "--help=all"]
 
-    def version_argv(self, python: str) -> list[str]:
-        return package_version_argv(python, self.distribution)
-
-    def build_launch_spec(self, space: Space, config: Mapping[str, Any], host: HostSpec,
-                          port: int, python: str) -> LaunchSpec:
-        argv = build_vllm_argv(self.module, space, config, port, python)
-        return LaunchSpec(argv=tuple(argv), env=build_env(space, config, host), port=port)
-
-    def clock_scale(self, space: Space) -> float:
-        return 1.0
+    def build_argv(self, space: Space, config: Mapping[str, Any], port: int, python: str) -> list[str]:
+        return build_vllm_argv(self.module, space, config, port, python)

@@ -1,6 +1,6 @@
 """Hosts by transport."""
 
-from sweeper.config import HostSpec
+from sweeper.spec.hosts import HostSpec
 from sweeper.errors import UserError
 from sweeper.hosts.base import Host, ServerProcess, StopReport
 

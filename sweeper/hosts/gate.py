@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
-from sweeper.config import HostSpec
+from sweeper.spec.hosts import HostSpec
 from sweeper.errors import UserError
 from sweeper.hosts.base import Host, ServerProcess
 from sweeper.hosts.gpu import GpuHolder, GpuSnapshot, gpus_needed, holders_above, memory_not_released

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from sweeper.config import HostSpec
+from sweeper.spec.hosts import HostSpec
 from sweeper.errors import UserError
 from sweeper.hosts.base import TOKEN_VAR, CommandResult, ProcessDetails, ServerProcess, StopReport
 from sweeper.hosts.gpu import APPS_QUERY, GPU_QUERY, GpuParseError, GpuSnapshot, parse_snapshot

@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 
 import paramiko
 
-from sweeper.config import HostSpec
+from sweeper.spec.hosts import HostSpec
 from sweeper.errors import InfraError, UserError
 from sweeper.hosts.agent import build_agent_source
 from sweeper.hosts.base import TOKEN_VAR, CommandResult, ProcessDetails, ServerProcess, StopReport

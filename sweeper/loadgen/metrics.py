@@ -27,6 +27,7 @@ import numpy as np
 
 from sweeper.loadgen.client import RequestSample
 from sweeper.loadgen.lag import LagStats
+from sweeper.outcomes import LevelMetrics
 
 STAT_NAMES = ("mean", "median", "std", "p90", "p95", "p99")
 MAX_ERRORS_KEPT = 5
@@ -163,7 +164,7 @@ def summarize_level(
     slo_ttft_ms: float | None = None,
     slo_tpot_ms: float | None = None,
     max_client_lag_ms: float = MAX_CLIENT_LAG_P99_MS,
-) -> dict:
+) -> LevelMetrics:
     """bench_serving-style metrics for one concurrency level, with `valid` and `invalid_reasons`.
 
     duration_s is the wall time of the measured run. A simulator runs its clock at
@@ -187,10 +188,7 @@ def summarize_level(
     achieved = achieved_concurrency(latencies, dur)
     reasons = invalid_reasons(samples, concurrency, achieved, requested_output_len, lag, max_client_lag_ms)
     stream = stream_granularity(completed)
-    goodput = None
-    if slo_ttft_ms is not None or slo_tpot_ms is not None:
-        ttft_s, tpot_s = (None if v is None else v * time_scale / 1000.0 for v in (slo_ttft_ms, slo_tpot_ms))
-        goodput = _per_second(sum(slo_met(s, ttft_s, tpot_s) for s in completed), dur)
+    goodput = request_goodput(completed, dur, time_scale, slo_ttft_ms, slo_tpot_ms)
     return {
         "duration": dur,
         "completed": len(completed),
@@ -220,6 +218,15 @@ def summarize_level(
         "valid": not reasons,
         "invalid_reasons": reasons,
     }
+
+
+def request_goodput(completed: Sequence[RequestSample], duration: float, time_scale: float,
+                    slo_ttft_ms: float | None, slo_tpot_ms: float | None) -> float | None:
+    """Completed requests meeting both SLOs (modelled ms) per modelled second; None without SLOs."""
+    if slo_ttft_ms is None and slo_tpot_ms is None:
+        return None
+    ttft_s, tpot_s = (None if v is None else v * time_scale / 1000.0 for v in (slo_ttft_ms, slo_tpot_ms))
+    return _per_second(sum(slo_met(s, ttft_s, tpot_s) for s in completed), duration)
 
 
 def stream_granularity(completed: Sequence[RequestSample]) -> dict:
@@ -258,7 +265,7 @@ def coefficient_of_variation(values: Sequence[float]) -> float:
     return float(np.std(data, ddof=1)) / mean if mean else math.nan
 
 
-def combine_repeats(summaries: Sequence[dict]) -> dict:
+def combine_repeats(summaries: Sequence[LevelMetrics]) -> LevelMetrics:
     """One level's summary from its repeats: the median repeat by output throughput (the lower
     middle one for an even count), valid only when every repeat is, with `repeats`,
     `repeat_output_throughputs`, `cv_output_throughput`, `unstable` (CV > UNSTABLE_CV) and

@@ -11,7 +11,6 @@ from typing import Any, Callable
 
 import optuna
 
-from sweeper.config import parse_space
 from sweeper.engines import get_engine
 from sweeper.errors import UserError
 from sweeper.hosts import Host, ServerProcess, open_host
@@ -20,13 +19,11 @@ from sweeper.profile.run import ProfileContext, ProfileRequest, profile_config, 
 from sweeper.profile.trace import (
     TraceError, group_shares, is_trace_file, load_trace, summarize_traces,
 )
-from sweeper.reference import reference_samples
-from sweeper.results.leaderboard import best_trial
-from sweeper.space import with_derived
-from sweeper.study import (
-    controller_alive, controller_identity, host_spec_for_resume, installed_flags, study_dir,
-    study_servers,
-)
+from sweeper.search.reference import reference_samples
+from sweeper.search.trials import best_trial
+from sweeper.search.configs import with_derived
+from sweeper.search.study import controller_alive, controller_identity, host_spec_for_resume, installed_flags, study_dir, study_servers
+from sweeper.search.stored import parse_stored_space
 
 PROFILE_SERVER_ATTR = "profile_server"  # the server a running `sweeper profile` started
 PROFILE_ATTR_PREFIX = "profile:"  # + trial number: the latest profile's summary, kept in the study
@@ -71,7 +68,7 @@ def profile_study_trial(study: optuna.Study, results: Path, hosts_path: Path, nu
         # Its GPU gate and ours would each take the other's server for a leftover and stop it.
         raise UserError(f"study {study.study_name!r} is being run by pid {attrs['controller']['pid']}; "
                         "profile it when that run has stopped")
-    space = parse_space(attrs["space_text"], f"{attrs['space_path']} (copy stored in the study)")
+    space = parse_stored_space(attrs)
     trial = chosen_trial(study, number, best)
     trial_dir = study_dir(results, study.study_name) / "trials" / str(trial.number)
     config = trial_config(space, trial, trial_dir)

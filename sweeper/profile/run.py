@@ -15,8 +15,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from sweeper.config import HostSpec, Space, Workload
-from sweeper.correctness import OutputSample
+from sweeper.spec.hosts import HostSpec
+from sweeper.spec.space import Space, Workload
+from sweeper.trial.gate import OutputSample
 from sweeper.engines.base import Engine
 from sweeper.engines.flags import flag_problems
 from sweeper.errors import UserError
@@ -31,7 +32,7 @@ from sweeper.profile.fetch import fetch_traces, wait_for_traces
 from sweeper.profile.trace import (
     DeviceBusy, GroupShare, KernelTable, TraceError, group_shares, load_trace, summarize_traces,
 )
-from sweeper.trial import Failure, Ready, check_output, launch, preflight, stop, wait_ready
+from sweeper.trial.pipeline import Failure, Ready, check_output, launch, preflight, stop, wait_ready
 
 MAX_PROFILED_REQUESTS = 20_000
 

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import optuna
 
-from sweeper.config import Target
+from sweeper.spec.space import Target
 from sweeper.results.leaderboard import concurrency_levels
 from sweeper.results.ranking import best_ranked_trial
-from sweeper.results.stored import objective_spec, stored_space
+from sweeper.search.stored import objective_spec, stored_space
 
 HIGHER_IS_BETTER = {"output_throughput", "total_throughput", "request_throughput"}
 

@@ -10,7 +10,8 @@ from typing import Iterator
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeper.results.leaderboard import is_feasible
+from sweeper.search.trials import is_feasible
+from sweeper.search.stored import output_rejected, reference_text
 
 MIN_TRIALS = 4
 
@@ -28,9 +29,9 @@ def _quiet_optuna() -> Iterator[None]:
 
 
 def feasible_complete_trials(study: optuna.Study) -> list[FrozenTrial]:
-    reference = study.user_attrs.get("reference_text")
+    reference = reference_text(study)
     return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if is_feasible(t, reference, study.user_attrs.get("output_rejected"))]
+            if is_feasible(t, reference, output_rejected(study))]
 
 
 def build_param_importances(study: optuna.Study) -> tuple[dict[str, float], str]:

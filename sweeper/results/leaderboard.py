@@ -10,10 +10,11 @@ from typing import Any, Mapping
 import optuna
 import pandas as pd
 from optuna.study import StudyDirection
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
-from sweeper.errors import UserError
-from sweeper.pareto import front_keys
+from sweeper.search.stored import output_rejected, reference_text, study_space
+from sweeper.search.trials import infeasible_reason, is_pareto_study, pareto_trials
+
 
 # Per-level columns: (column suffix, metric key in the level's metrics)
 LEVEL_COLUMNS = (
@@ -26,10 +27,6 @@ LEVEL_COLUMNS = (
 )
 
 
-def study_space(study: optuna.Study) -> dict:
-    return study.user_attrs.get("space", {})
-
-
 def parameter_names(study: optuna.Study) -> list[str]:
     """Sampled, then derived parameters."""
     space = study_space(study)
@@ -38,77 +35,6 @@ def parameter_names(study: optuna.Study) -> list[str]:
 
 def concurrency_levels(study: optuna.Study) -> list[int]:
     return list(study_space(study).get("workload", {}).get("concurrency", []))
-
-
-def is_evaluation(trial: FrozenTrial) -> bool:
-    """A finished trial that launched a server (what a budget counts; duplicates are free)."""
-    return (trial.state in (TrialState.COMPLETE, TrialState.PRUNED) and bool(trial.user_attrs.get("launched"))
-            and "duplicate_of" not in trial.user_attrs)
-
-
-def infeasible_reason(trial: FrozenTrial, reference: str | None, rejected: Mapping[str, str] | None = None) -> str | None:
-    """Why a finished trial cannot rank (None when it can). `rejected`: the study's
-    `output_rejected` (trial number -> why its outputs disagree with the reference settled after it)."""
-    attrs = trial.user_attrs
-    if trial.state != TrialState.COMPLETE:
-        return trial.state.name.lower()
-    if "duplicate_of" in attrs:
-        return f"duplicate of {attrs['duplicate_of']}"
-    if failure := attrs.get("failure"):
-        return f"{failure['stage']}/{failure['kind']}"
-    if any(v > 0 for v in (trial.constraints or {}).values()):
-        return "constraint"
-    if rejected and str(trial.number) in rejected:
-        return "check_output/bad_output"  # measured before the reference was settled, then judged
-    if (reference is not None and attrs.get("output_samples") is None
-            and attrs.get("output_text") not in (None, reference)):
-        return "check_output/bad_output"  # a study from before the tolerant gate: exact text
-    return None
-
-
-def is_feasible(trial: FrozenTrial, reference: str | None, rejected: Mapping[str, str] | None = None) -> bool:
-    return infeasible_reason(trial, reference, rejected) is None and trial.values is not None
-
-
-def is_pareto_study(study: optuna.Study) -> bool:
-    """A study of the two-objective mode (throughput up, latency down)."""
-    return len(study.directions) > 1
-
-
-def feasible_trials(study: optuna.Study) -> list[FrozenTrial]:
-    reference, rejected = study.user_attrs.get("reference_text"), study.user_attrs.get("output_rejected")
-    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if is_feasible(t, reference, rejected)]
-
-
-def pareto_trials(study: optuna.Study) -> list[FrozenTrial]:
-    """The Pareto front of the feasible trials (duplicates and failures never on it), best first
-    on the first objective, then trial number."""
-    maximize = [d == StudyDirection.MAXIMIZE for d in study.directions]
-    by_number = {t.number: t for t in feasible_trials(study)}
-    front = [by_number[n] for n in front_keys({n: t.values for n, t in by_number.items()}, maximize)]
-    sign = -1 if maximize[0] else 1
-    return sorted(front, key=lambda t: (sign * t.values[0], t.number))
-
-
-def best_trial(study: optuna.Study) -> FrozenTrial | None:
-    """The best feasible trial; in the Pareto mode the front's best on the first objective
-    (throughput): the front's other members trade it for latency."""
-    feasible = feasible_trials(study)
-    if not feasible:
-        return None
-    if is_pareto_study(study):
-        return pareto_trials(study)[0]
-    maximize = study.direction == StudyDirection.MAXIMIZE
-    return (max if maximize else min)(feasible, key=lambda t: t.value)
-
-
-def chosen_trial(study: optuna.Study, number: int) -> FrozenTrial:
-    """A feasible trial picked by number (a front member for the Pareto mode's `best --trial`)."""
-    for trial in feasible_trials(study):
-        if trial.number == number:
-            return trial
-    raise UserError(f"--trial {number}: not a feasible trial of study {study.study_name!r}")
 
 
 def format_values(study: optuna.Study, trial: FrozenTrial) -> str:
@@ -158,11 +84,11 @@ def leaderboard_frame(study: optuna.Study) -> pd.DataFrame:
     """Every trial, one row each, best feasible first, then the rest by trial number. In the
     Pareto mode the front comes first (by the first objective), then the dominated feasible
     trials, then the rest."""
-    reference = study.user_attrs.get("reference_text")
+    reference = reference_text(study)
     params, levels = parameter_names(study), concurrency_levels(study)
     pareto = is_pareto_study(study)
     front = {t.number for t in pareto_trials(study)} if pareto else set()
-    rejected = study.user_attrs.get("output_rejected")
+    rejected = output_rejected(study)
     rows = [trial_row(t, params, levels, reference, rejected, (t.number in front) if pareto else None)
             for t in study.get_trials(deepcopy=False)]
     frame = pd.DataFrame(rows)

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import optuna
 
 import sweeper
-from sweeper.config import Space
+from sweeper.spec.space import Space
 
 SIM_GPU_MODEL = "simulated NVIDIA RTX PRO 6000 Blackwell (sm_120, 96 GB)"
 PROVENANCE_COLUMNS = ("study", "sweeper_version", "engine", "engine_version", "model", "gpu_model")

@@ -9,8 +9,9 @@ import optuna
 import pandas as pd
 
 from sweeper.errors import UserError
-from sweeper.results.leaderboard import concurrency_levels, is_pareto_study, leaderboard_frame
-from sweeper.results.stored import ObjectiveSpec, objective_spec
+from sweeper.results.leaderboard import concurrency_levels, leaderboard_frame
+from sweeper.search.trials import is_pareto_study
+from sweeper.search.stored import ObjectiveSpec, objective_spec
 
 
 def rank_value(trial_levels: dict, feasible: bool, spec: ObjectiveSpec) -> float:

@@ -15,7 +15,7 @@ from sweeper.results.importance import build_param_importances
 from sweeper.results.leaderboard import concurrency_levels, parameter_names
 from sweeper.results.provenance import build_provenance
 from sweeper.results.ranking import ranked_frame
-from sweeper.results.stored import ObjectiveSpec, objective_spec, objective_specs
+from sweeper.search.stored import ObjectiveSpec, objective_spec, objective_specs
 
 TOP_CONFIGS = 5
 LATENCY_CONFIGS = 3

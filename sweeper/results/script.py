@@ -8,10 +8,12 @@ import sys
 import optuna
 from optuna.trial import FrozenTrial
 
-from sweeper.config import HostSpec, Space
+from sweeper.spec.hosts import HostSpec
+from sweeper.spec.space import Space
 from sweeper.engines import get_engine
 from sweeper.redact import redact_env
-from sweeper.results.leaderboard import best_trial, format_values
+from sweeper.search.trials import best_trial
+from sweeper.results.leaderboard import format_values
 
 
 def format_launch_script(space: Space, host_name: str, host_spec: HostSpec, params: dict,

@@ -11,16 +11,17 @@ from rich.table import Table
 from rich.text import Text
 
 from sweeper.results.gap import build_study_gap, format_gap_lines
-from sweeper.results.leaderboard import (
-    best_trial, format_values, infeasible_reason, is_evaluation, is_pareto_study, pareto_trials,
-)
+from sweeper.search.trials import best_trial, is_evaluation
+from sweeper.results.leaderboard import format_values
+from sweeper.search.trials import infeasible_reason, is_pareto_study, pareto_trials
+from sweeper.search.stored import output_rejected, reference_text
 
 
 def format_show(study: optuna.Study) -> Group:
     trials = study.get_trials(deepcopy=False)
-    reference = study.user_attrs.get("reference_text")
+    reference = reference_text(study)
     states = Counter(t.state.name for t in trials)
-    rejected = study.user_attrs.get("output_rejected")
+    rejected = output_rejected(study)
     infeasible = Counter(infeasible_reason(t, reference, rejected) for t in trials
                          if t.state == TrialState.COMPLETE)
     infeasible.pop(None, None)

@@ -9,9 +9,10 @@ import optuna
 import pandas as pd
 from rich.table import Table
 
-from sweeper.results.leaderboard import concurrency_levels, is_pareto_study, parameter_names
+from sweeper.results.leaderboard import concurrency_levels, parameter_names
+from sweeper.search.trials import is_pareto_study
 from sweeper.results.ranking import ranked_frame
-from sweeper.results.stored import objective_spec, objective_specs
+from sweeper.search.stored import objective_spec, objective_specs
 
 
 def format_leaderboard_table(study: optuna.Study, top: int, level: int | None = None,

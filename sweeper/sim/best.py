@@ -9,14 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sweeper.config import HostSpec, Space
+from sweeper.spec.hosts import HostSpec
+from sweeper.spec.space import Space
 from sweeper.engines import get_engine
 from sweeper.errors import UserError
 from sweeper.sim.config import SimConfig, sim_config_from
 from sweeper.sim.failures import failure_of
 from sweeper.sim.perf import modelled_level_metrics
 from sweeper.sim.args import build_arg_parser
-from sweeper.space import enumerate_configs, excluded_by_rule, violated_constraints
+from sweeper.search.configs import enumerate_configs
+from sweeper.spec.rules import excluded_by_rule, violated_constraints
 
 _MODELLED = {
     "output_throughput": lambda m: m.output_throughput,
@@ -113,8 +115,8 @@ def modelled_pair(space: Space, config: dict[str, Any]) -> tuple[float, float] |
 def modelled_front(space: Space) -> tuple[list[ModelledPoint], int, int]:
     """The exact Pareto front of a two-objective space on the model, by throughput (best first);
     with the counts of feasible and of all configs."""
-    from sweeper.pareto import front_keys
-    from sweeper.space import config_key
+    from sweeper.search.pareto import front_keys
+    from sweeper.search.configs import config_key
 
     if space.engine != "sim":
         raise UserError(f"space {space.name!r} uses engine {space.engine!r}; `sim best` needs engine: sim")

@@ -26,8 +26,6 @@ ATTENTION_HEADS = 64
 FP4_CAPABLE_MOE_BACKENDS = frozenset({"auto", "marlin", "flashinfer_mxfp4"})
 SM120_UNSUPPORTED_ATTENTION = frozenset({"fa3", "fa4", "flashmla", "trtllm_mla", "cutlass_mla"})
 
-PHASES = ("startup", "load", "capture", "hang", "garbage")
-
 _SGL = "/usr/local/lib/python3.12/dist-packages/sglang"
 _SIGQUIT = "Received sigquit from a child process. It usually means the child failed."
 
@@ -64,16 +62,6 @@ def cuda_graph_workspace_gb(cfg: SimConfig) -> float:
 def headroom_gb(cfg: SimConfig) -> float:
     """GPU memory left outside the static pool."""
     return cfg.gpu_memory_gb - static_pool_gb(cfg)
-
-
-def max_safe_mem_fraction(cfg: SimConfig) -> float:
-    """Largest mem_fraction_static that neither OOMs at load nor at graph capture."""
-    return 1.0 - (RUNTIME_RESERVE_GB + cuda_graph_workspace_gb(cfg)) / cfg.gpu_memory_gb
-
-
-def min_mem_fraction(cfg: SimConfig) -> float:
-    """Smallest mem_fraction_static that holds this TP's weight shard plus the minimum KV cache."""
-    return (weights_per_gpu_gb(cfg) + MIN_KV_CACHE_GB) / cfg.gpu_memory_gb
 
 
 # ---- log records -----------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import yaml
 from optuna.trial import TrialState
 
 from sweeper.hosts.procfs import live_group_members
-from sweeper.results.leaderboard import is_evaluation
+from sweeper.search.trials import is_evaluation
 from tests.e2e.conftest import TINY_SPACE, wait_until
 from tests.sshd import start_sshd
 
@@ -139,7 +139,7 @@ def launched_on(url: str, name: str, host: str):
 
 
 def lease_holder_pid(url: str, slot: str) -> int:
-    from sweeper.leases import LeaseBook
+    from sweeper.fleet.leases import LeaseBook
 
     book = LeaseBook(url, 60)
     try:

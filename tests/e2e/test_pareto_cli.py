@@ -11,7 +11,7 @@ import optuna
 import pandas as pd
 import pytest
 
-from sweeper.pareto import dominates
+from sweeper.search.pareto import dominates
 from tests.e2e.conftest import wait_until
 from tests.e2e.test_resume import server_in_load_stage
 

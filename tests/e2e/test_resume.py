@@ -39,7 +39,7 @@ def test_sigkill_then_resume_leaves_nothing_and_finishes(cli):
 
     result = cli.run("resume", "k1")
     assert result.returncode == 0, result.stderr
-    assert f"stopped the server of trial" in result.stdout
+    assert "stopped the server of trial" in result.stdout
     assert live_group_members(process["pgid"]) == []
 
     cli.run("leaderboard", "k1", "--csv", "k1.csv")

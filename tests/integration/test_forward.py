@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from sweeper.config import HostSpec
+from sweeper.spec.hosts import HostSpec
 from sweeper.hosts.ssh import SSHHost
 
 # HTTP/1.1 with keep-alive: one connection serves request after request until the client closes.

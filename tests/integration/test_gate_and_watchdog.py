@@ -7,12 +7,13 @@ import json
 import time
 import pytest
 
-from sweeper.config import HostSpec, parse_space
-from sweeper.correctness import OutputSample
+from sweeper.spec.hosts import HostSpec
+from sweeper.spec.space import parse_space
+from sweeper.trial.gate import OutputSample
 from sweeper.engines import get_engine
 from sweeper.hosts.local import LocalHost
 from sweeper.hosts.procfs import live_group_members
-from sweeper.trial import TrialContext, run_trial
+from sweeper.trial.pipeline import TrialContext, run_trial
 
 SPACE = parse_space("""\
 name: gate

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.config import HostSpec
+from sweeper.spec.hosts import HostSpec
 from sweeper.hosts.ssh import SSHHost
 from sweeper.loadgen.client import StreamOptions, run_level
 from sweeper.loadgen.metrics import summarize_level

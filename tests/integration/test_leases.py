@@ -8,7 +8,7 @@ import time
 import pytest
 
 from sweeper.errors import UserError
-from sweeper.leases import LeaseBook, LeaseKeeper
+from sweeper.fleet.leases import LeaseBook, LeaseKeeper
 
 
 def test_only_one_of_many_racing_holders_wins_a_slot(pg_url):

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.config import HostSpec, Launch, OutputCheck, parse_space
-from sweeper.correctness import OutputSample
+from sweeper.spec.hosts import HostSpec
+from sweeper.spec.space import Launch, OutputCheck, parse_space
+from sweeper.trial.gate import OutputSample
 from sweeper.engines.llamacpp import LLAMACPP_INFO, LlamaCppEngine
 from sweeper.hosts.local import LocalHost
 from sweeper.hosts.procfs import live_group_members
 from sweeper.hosts.ssh import SSHHost
-from sweeper.trial import Crashed, Ready, check_output, stop, wait_ready
+from sweeper.trial.pipeline import Crashed, Ready, check_output, stop, wait_ready
 from tests.llamacpp import deep_gguf, llama_env, needs_llama_server, tiny_gguf  # noqa: F401
 
 pytestmark = [pytest.mark.slow, needs_llama_server]

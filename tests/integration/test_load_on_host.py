@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.config import HostSpec
+from sweeper.spec.hosts import HostSpec
 from sweeper.errors import UserError
 from sweeper.hosts.ssh import SSHHost
 from sweeper.loadgen.client import StreamOptions

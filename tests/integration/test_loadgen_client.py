@@ -10,7 +10,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import aiohttp
 import pytest
 from aiohttp import web
 

@@ -2,13 +2,12 @@
 
 import os
 import signal
-import subprocess
 import sys
 import time
 
 import pytest
 
-from sweeper.config import HostSpec
+from sweeper.spec.hosts import HostSpec
 from sweeper.hosts.local import LocalHost
 from sweeper.hosts.procfs import live_group_members
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from sweeper.config import HostSpec
+from sweeper.spec.hosts import HostSpec
 from sweeper.hosts.launch_script import build_remote_run_dir
 from sweeper.hosts.local import LocalHost
 from sweeper.hosts.ssh import SSHHost

@@ -17,7 +17,7 @@ import pytest
 import requests
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from sweeper.config import HostSpec
+from sweeper.spec.hosts import HostSpec
 from sweeper.errors import UserError
 from sweeper.hosts.gate import GpuBusy, check_gpus_before_launch, wait_gpus_released
 from sweeper.hosts.procfs import live_group_members

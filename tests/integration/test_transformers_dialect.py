@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 import pytest
 from aiohttp import web
 
-from sweeper.config import OutputCheck, Workload
+from sweeper.spec.space import OutputCheck, Workload
 from sweeper.engines import get_engine
 from sweeper.loadgen.client import LoadgenError, complete, run_level
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.loadgen.metrics import summarize_level
-from sweeper.trial import build_level_prompts, build_stream_options, check_output
+from sweeper.trial.pipeline import build_level_prompts, build_stream_options, check_output
 
 PINNED = "/models/moe"
 # transformers' TransformersCompletionCreateParamsStreaming keys that a load request can use

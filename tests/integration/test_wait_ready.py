@@ -8,10 +8,11 @@ import uuid
 
 import pytest
 
-from sweeper.config import HostSpec, Launch
+from sweeper.spec.hosts import HostSpec
+from sweeper.spec.space import Launch
 from sweeper.engines.sglang import SGLANG_INFO
 from sweeper.hosts.local import LocalHost
-from sweeper.trial import Crashed, Ready, TimedOut, wait_ready
+from sweeper.trial.pipeline import Crashed, TimedOut, wait_ready
 
 FAST = Launch(ready_timeout_s=20, stall_timeout_s=3, stop_grace_s=1, poll_interval_s=0.2)
 

@@ -3,7 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
-from sweeper.config import Workload
+from sweeper.spec.space import Workload
 from sweeper.loadgen.lag import LagStats
 from sweeper.loadgen.metrics import MAX_CLIENT_LAG_P99_MS, summarize_level
 from tests.unit.test_metrics import two_requests

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.config import load_host, load_space, space_fingerprint
+from sweeper.spec.hosts import load_host
+from sweeper.spec.space import load_space, space_fingerprint
 from sweeper.errors import ConfigError
 from tests.conftest import DEMO_SPACE, ROOT
 

@@ -5,11 +5,8 @@ import json
 
 import pytest
 
-from sweeper.config import OutputCheck
-from sweeper.correctness import (
-    OutputSample, agree, common_prefix, judge, load_reference_file, logprob_difference, token_agreement,
-    write_reference_file,
-)
+from sweeper.spec.space import OutputCheck
+from sweeper.trial.gate import OutputSample, agree, common_prefix, judge, load_reference_file, logprob_difference, token_agreement, write_reference_file
 from sweeper.errors import ConfigError
 from sweeper.sim import text as simtext
 
@@ -184,7 +181,7 @@ class _Engine:
 
 @pytest.mark.parametrize("refuse", [True, False])
 def test_an_engine_without_logprobs_is_asked_again_and_compared_by_words(refuse):
-    from sweeper.correctness import collect_samples
+    from sweeper.trial.gate import collect_samples
 
     engine = _Engine(refuse_logprobs=refuse)
     try:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.config import HostSpec, parse_space
+from sweeper.spec.hosts import HostSpec
+from sweeper.spec.space import parse_space
 from sweeper.engines import get_engine
 from sweeper.engines.flags import flag_problems, parse_help_flags
 from sweeper.engines.versions import FLAG_CHANGES, deprecation_warnings, parse_version
@@ -99,7 +100,7 @@ def test_version_texts():
 def test_run_trial_refuses_a_removed_flag_before_anything_is_launched(tmp_path):
     """The pipeline itself: SGLang 0.5.23's --help, a space still using --cuda-graph-max-bs."""
     from sweeper.hosts.local import LocalHost
-    from sweeper.trial import TrialContext, run_trial
+    from sweeper.trial.pipeline import TrialContext, run_trial
 
     host = LocalHost("local", HostSpec(transport="local", gpu_gate="off", base_port=36000))
     try:
@@ -136,7 +137,7 @@ def test_the_study_reads_the_help_once_per_version_and_keeps_deprecation_warning
     import optuna
 
     from sweeper.hosts.local import LocalHost
-    from sweeper.study import installed_flags
+    from sweeper.search.study import installed_flags
 
     shim = tmp_path / "python"
     shim.write_text(f"""#!/bin/sh

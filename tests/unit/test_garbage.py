@@ -1,4 +1,4 @@
-from sweeper.garbage import garbage_reasons
+from sweeper.trial.garbage import garbage_reasons
 from sweeper.sim import text as simtext
 
 

@@ -1,8 +1,8 @@
 """Early abandon and SLOs: pure judgements on a measured level."""
 
-from sweeper.config import parse_space
-from sweeper.record import constraint_values, judge_level, slo_excess
-from sweeper.trial import Failure, TrialOutcome
+from sweeper.spec.space import parse_space
+from sweeper.search.record import constraint_values, judge_level, slo_excess
+from sweeper.trial.pipeline import Failure, TrialOutcome
 
 SPACE = parse_space("""\
 name: t

@@ -5,10 +5,11 @@ import math
 import optuna
 from optuna.trial import TrialState
 
-from sweeper.config import parse_space
-from sweeper.record import constraint_values, objective_value, outcome_attrs
-from sweeper.results.leaderboard import best_trial, leaderboard_frame
-from sweeper.trial import Failure, TrialOutcome
+from sweeper.spec.space import parse_space
+from sweeper.search.record import constraint_values, objective_value, outcome_attrs
+from sweeper.search.trials import best_trial
+from sweeper.results.leaderboard import leaderboard_frame
+from sweeper.trial.pipeline import Failure, TrialOutcome
 
 SPACE = parse_space("""\
 name: t

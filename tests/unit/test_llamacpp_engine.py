@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.config import HostSpec, parse_space
+from sweeper.spec.hosts import HostSpec
+from sweeper.spec.space import parse_space
 from sweeper.engines import get_engine
 from sweeper.engines.base import classify_log
 from sweeper.engines.flags import flag_problems, parse_help_flags

@@ -6,13 +6,11 @@ from dataclasses import asdict
 import optuna
 import pytest
 
-from sweeper.config import parse_space
-from sweeper.correctness import OutputSample, write_reference_file
+from sweeper.spec.space import parse_space
+from sweeper.trial.gate import OutputSample, write_reference_file
 from sweeper.errors import ConfigError
-from sweeper.reference import (
-    REFERENCE_FILE, reference_samples, settle_reference, use_reference_file,
-)
-from sweeper.results.leaderboard import infeasible_reason
+from sweeper.search.reference import REFERENCE_FILE, reference_samples, settle_reference, use_reference_file
+from sweeper.search.trials import infeasible_reason
 
 SPACE_TEXT = """\
 name: r

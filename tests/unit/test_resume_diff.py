@@ -1,4 +1,4 @@
-from sweeper.resume import changed_paths
+from sweeper.search.resume import changed_paths
 
 
 def test_changed_paths_names_each_change():

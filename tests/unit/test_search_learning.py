@@ -11,8 +11,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from model_search import simulate_search  # noqa: E402
-from sweeper.config import load_space  # noqa: E402
-from sweeper.samplers import build_sampler  # noqa: E402
+from sweeper.spec.space import load_space
+from sweeper.search.samplers import build_sampler
 
 
 def test_crashed_configs_are_rarely_proposed_again():

@@ -16,12 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.ablation import sampled_config, single_lever_changes
-from sweeper.config import HostSpec, load_hosts, load_space
+from sweeper.search.ablation import sampled_config, single_lever_changes
+from sweeper.spec.hosts import HostSpec, load_hosts
+from sweeper.spec.space import load_space
 from sweeper.engines import get_engine
 from sweeper.engines.flags import flag_problems, parse_help_flags
 from sweeper.engines.versions import deprecation_warnings
-from sweeper.space import excluded_by_rule, violated_constraints, with_derived
+from sweeper.spec.rules import excluded_by_rule, violated_constraints
+from sweeper.search.configs import with_derived
 
 ROOT = Path(__file__).parents[2]
 SPACES = sorted((ROOT / "search_spaces").glob("*.yaml"))
@@ -61,7 +63,7 @@ def test_the_hosts_file_loads_and_its_commented_gpu_box_would_too():
         block.append("  " + line.strip()[2:].split("  #")[0].rstrip())
     import yaml
 
-    from sweeper.config import HostsFile
+    from sweeper.spec.hosts import HostsFile
 
     spec = HostsFile.model_validate(yaml.safe_load("\n".join(block))).hosts["rtx6000-8x"]
     assert spec.transport == "ssh" and spec.gpus == 8 and spec.host_key_policy == "strict"

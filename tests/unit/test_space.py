@@ -3,11 +3,10 @@
 import optuna
 import pytest
 
-from sweeper.config import parse_space
-from sweeper.expr import ExprError, parse_expr
-from sweeper.space import (
-    config_key, count_configs, enumerate_configs, is_active, suggest_config, violated_constraints,
-)
+from sweeper.spec.space import parse_space
+from sweeper.spec.expr import ExprError, parse_expr
+from sweeper.search.configs import config_key, count_configs, enumerate_configs, is_active, suggest_config
+from sweeper.spec.rules import violated_constraints
 
 SPACE = parse_space("""\
 name: t
@@ -123,14 +122,14 @@ def test_derived_parameters_are_computed_not_sampled():
 
 
 def test_rules_exclude_with_their_reason():
-    from sweeper.space import excluded_by_rule
+    from sweeper.spec.rules import excluded_by_rule
 
     assert excluded_by_rule(RULED, {"tp_size": 8, "moe": "triton", "ep_size": 1}).startswith("FP4 experts need")
     assert excluded_by_rule(RULED, {"tp_size": 8, "moe": "marlin", "ep_size": 8}) is None
 
 
 def test_derived_values_reach_the_launch_command():
-    from sweeper.config import HostSpec
+    from sweeper.spec.hosts import HostSpec
     from sweeper.engines import get_engine
 
     config = {"tp_size": 4, "moe": "marlin", "ep_size": 4}

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.config import HostSpec, Workload, parse_space
+from sweeper.spec.hosts import HostSpec
+from sweeper.spec.space import Workload, parse_space
 from sweeper.engines import get_engine
 from sweeper.engines.base import classify_log
 from sweeper.engines.flags import flag_problems, parse_help_flags
 from sweeper.engines.transformers import TRANSFORMERS_SIGNATURES, served_model_path
 from sweeper.loadgen.endpoints import RequestDialect, build_request_body
-from sweeper.trial import build_level_prompts, build_stream_options
+from sweeper.trial.pipeline import build_level_prompts, build_stream_options
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "transformers"
@@ -111,7 +112,7 @@ def test_every_lever_is_a_flag_of_the_real_help():
 
 
 def test_shipped_h200_space_fits_the_real_help():
-    from sweeper.config import load_space
+    from sweeper.spec.space import load_space
 
     space = load_space(SHIPPED_SPACE)
     assert space.engine == "transformers" and space.workload.concurrency == [1, 2, 4, 8, 16]

@@ -7,9 +7,10 @@ import pytest
 from optuna.trial import TrialState, create_trial
 from optuna.distributions import CategoricalDistribution
 
-from sweeper.config import HostSpec, parse_space
+from sweeper.spec.hosts import HostSpec
+from sweeper.spec.space import parse_space
 from sweeper.errors import ConfigError
-from sweeper.workers import budget_state, decide_claim, gpus_needed, slot_host_spec, slot_plan
+from sweeper.fleet.workers import budget_state, decide_claim, gpu_count_of, slot_host_spec, slot_plan
 
 DIST = {"x": CategoricalDistribution([1, 2, 3])}
 
@@ -61,7 +62,7 @@ parameters:
 def test_a_config_that_fits_a_gpu_set_runs_there_and_a_bigger_one_takes_the_host():
     space = parse_space(SPACE, "s.yaml")
     spec = HostSpec(transport="local", gpu_sets=["0,1,2,3", "4,5,6,7"], base_port=31000)
-    assert gpus_needed(space, {"tp_size": 4}) == 4
+    assert gpu_count_of(space, {"tp_size": 4}) == 4
     assert slot_plan("box", spec, "4,5,6,7", 4) == (["box[4,5,6,7]"], "4,5,6,7")
     assert slot_plan("box", spec, "4,5,6,7", 8) == (["box[0,1,2,3]", "box[4,5,6,7]"], "0,1,2,3,4,5,6,7")
     assert slot_plan("box", HostSpec(transport="local"), None, 8) == (["box"], None)

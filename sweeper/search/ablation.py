@@ -8,8 +8,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from sweeper.config import Space
-from sweeper.space import config_key, is_active, parameter_values
+from sweeper.spec.space import Space
+from sweeper.search.configs import config_key, is_active, parameter_values
 
 # Two-sided 95% Student t quantiles by degrees of freedom (1..30); 1.96 beyond.
 _T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
@@ -117,7 +117,7 @@ def summarize_pareto_finalists(runs: Sequence[tuple[str, list[float] | None]]) -
     """The Pareto mode: one row per finalist with the mean and 95% CI of both objectives
     (throughput up, latency down) over its repeats, and whether its means are still on the front
     of the finalists' means. Front first, then by throughput."""
-    from sweeper.pareto import front_keys
+    from sweeper.search.pareto import front_keys
 
     by_label: dict[str, list[list[float] | None]] = {}
     for label, values in runs:

@@ -13,8 +13,8 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial
 
-from sweeper.config import Space
-from sweeper.space import count_configs, enumerate_configs, parameter_values
+from sweeper.spec.space import Space
+from sweeper.search.configs import count_configs, enumerate_configs, parameter_values
 
 SAMPLERS = ("auto", "tpe", "brute", "random", "grid")
 _COUNT_LIMIT = 200_000  # enumerate a space to count it only below this many raw combinations

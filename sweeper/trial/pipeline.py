@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 
-from sweeper.config import HostSpec, Launch, OutputCheck, Space, Workload
-from sweeper.correctness import GateError, GateTimeout, OutputSample, collect_samples, judge, write_check_file
+from sweeper.spec.hosts import HostSpec
+from sweeper.spec.space import Launch, OutputCheck, Space, Workload
+from sweeper.trial.gate import GateError, GateTimeout, OutputSample, collect_samples, judge, write_check_file
 from sweeper.engines.base import Engine, EngineInfo, LaunchSpec, classify_log
 from sweeper.engines.flags import flag_problems
 from sweeper.errors import InfraError
@@ -33,7 +34,7 @@ from sweeper.loadgen.metrics import combine_repeats, summarize_level
 from sweeper.loadgen.onhost import LoadPlace, controller_runner, load_place
 from sweeper.loadgen.workload import build_prompt_texts, build_prompt_token_ids
 from sweeper.redact import redact_env
-from sweeper.space import excluded_by_rule, violated_constraints
+from sweeper.spec.rules import excluded_by_rule, violated_constraints
 
 LOG_TAIL_LINES = 40
 BAD_OUTPUT = "bad_output"  # the failure kind of a config whose greedy outputs fail the gate

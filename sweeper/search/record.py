@@ -7,13 +7,12 @@ import math
 from dataclasses import asdict
 from typing import Any
 
-from sweeper.config import Space
-from sweeper.trial import Failure, TrialOutcome
+from sweeper.spec.space import Space
+from sweeper.trial.pipeline import Failure, TrialOutcome
+from sweeper.outcomes import FailureKind, Stage
 
 # The same constraint keys on every trial (Optuna 5 counts a trial without constraints as
 # feasible). A value > 0 means violated.
-CONSTRAINT_KEYS = ("config_fault", "slo")
-ABANDONED = "abandoned"  # a partial ladder stopped because it could not catch the incumbent
 LOG_TAIL_CHARS = 4000
 
 
@@ -41,7 +40,7 @@ def worst_value(direction: str) -> float:
 def constraint_values(outcome: TrialOutcome, space: Space) -> dict[str, float]:
     """config_fault: the config failed (crash, garbage, rule...); slo: by how much (relative) the
     worst SLO was exceeded at a measured level up to the objective level."""
-    fault = outcome.failure is not None and outcome.failure.kind not in ("slo", ABANDONED)
+    fault = outcome.failure is not None and outcome.failure.kind not in (FailureKind.SLO, FailureKind.ABANDONED)
     return {"config_fault": 1.0 if fault else 0.0, "slo": slo_excess(space, outcome.levels)}
 
 
@@ -65,7 +64,7 @@ def judge_level(space: Space, level: int, metrics: dict, incumbent: float | None
     config that cannot reach `search.abandon_below` of the incumbent even if throughput grew
     linearly with concurrency from here (an optimistic bound for a batching server)."""
     if level <= space.objective_level and slo_excess(space, {level: metrics}) > 0:
-        return Failure("load", "slo", f"SLO broken at concurrency {level}")
+        return Failure(Stage.LOAD, FailureKind.SLO, f"SLO broken at concurrency {level}")
     if space.is_pareto:
         return None  # no single incumbent: the Pareto mode abandons by dominance (sweeper.pareto)
     fraction = space.search.abandon_below
@@ -74,7 +73,7 @@ def judge_level(space: Space, level: int, metrics: dict, incumbent: float | None
             and metrics.get("valid")):
         optimistic = metrics.get(metric, 0.0) * space.objective_level / level
         if optimistic < fraction * incumbent:
-            return Failure("load", ABANDONED, f"at most {optimistic:.2f} at concurrency "
+            return Failure(Stage.LOAD, FailureKind.ABANDONED, f"at most {optimistic:.2f} at concurrency "
                            f"{space.objective_level} (linear bound), below {fraction:.0%} of the best {incumbent:.2f}")
     return None
 

@@ -1,83 +1,25 @@
-"""Typed models for hosts.yaml and search-space files, and loaders whose errors name the file,
-the line and the key path in one line."""
+"""Search-space files: the typed models (parameters, derived values, rules, workload, objectives,
+correctness check) and the loader that cross-checks them."""
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from sweeper.errors import ConfigError
-from sweeper.expr import Expr, ExprError, parse_expr
-from sweeper.yamlfile import KeyPath, format_path, line_of, load_yaml_with_lines, parse_yaml_with_lines
+from sweeper.outcomes import LATENCY_METRICS, THROUGHPUT_METRICS, MetricName
+from sweeper.spec.expr import MAX_PROBES, Expr, ExprError, Missing, first_type_error, parse_expr
+from sweeper.spec.loading import Strict, validate_model
+from sweeper.spec.yamlfile import KeyPath, format_path, line_of, parse_yaml_with_lines
 
 Scalar = Union[bool, int, float, str, None]
 
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-# ---------------------------------------------------------------- hosts.yaml
-
-class HostSpec(Strict):
-    transport: Literal["local", "ssh"]
-    address: str | None = None
-    port: int = Field(22, ge=1, le=65535)
-    user: str | None = None
-    identity_file: str | None = None
-    gpus: int = Field(8, ge=0, le=1024)
-    work_dir: str = "~/.sweeper"
-    python: str | None = Field(None, description="interpreter on the host; default: this one (local)")
-    env: dict[str, str] = {}
-    base_port: int = Field(31000, ge=1024, le=65000, description="first port tried for servers")
-    # ssh transport (sweeper/hosts/ssh.py); `address` may be a ~/.ssh/config alias
-    host_key_policy: Literal["strict", "accept-new"] = Field(
-        "strict", description="accept-new: record an unknown host key in ~/.sweeper/known_hosts")
-    forward: bool = Field(True, description="reach servers through an SSH port forward")
-    connect_timeout_s: float = Field(10.0, gt=0)
-    keepalive_s: float = Field(15.0, ge=0)
-    reconnect_timeout_s: float = Field(60.0, ge=0, description="give up reconnecting after a drop")
-    # GPU gate (sweeper/hosts/gate.py): auto = on when the host has nvidia-smi
-    gpu_gate: Literal["auto", "on", "off"] = "auto"
-    gpu_busy_mib: int = Field(1024, ge=0, description="a foreign process above this blocks a launch")
-    gpu_release_timeout_s: float = Field(120.0, gt=0)
-    # where the load client runs (sweeper/loadgen/onhost.py): auto = on the host when its python is >= 3.9
-    load_from: Literal["auto", "controller", "host"] = "auto"
-    # many hosts (sweeper/workers.py): disjoint GPU sets, each a slot with its own lease and worker,
-    # e.g. ["0,1,2,3", "4,5,6,7"]; a config whose space `gpus` fits in one set runs in it
-    gpu_sets: list[str] = []
-
-    @model_validator(mode="after")
-    def _ssh_needs_address(self) -> "HostSpec":
-        if self.transport == "ssh" and not self.address:
-            raise ValueError("an ssh host needs 'address'")
-        return self
-
-    @field_validator("gpu_sets")
-    @classmethod
-    def _disjoint_sets(cls, sets: list[str]) -> list[str]:
-        seen: set[int] = set()
-        for gpu_set in sets:
-            parts = gpu_set.split(",")
-            if not all(p.strip().isdigit() for p in parts):
-                raise ValueError(f"a GPU set is a comma-separated list of GPU indices like \"0,1,2,3\", got {gpu_set!r}")
-            indices = {int(p) for p in parts}
-            if indices & seen:
-                raise ValueError(f"GPU sets must not overlap ({gpu_set!r})")
-            seen |= indices
-        return [",".join(str(int(p)) for p in s.split(",")) for s in sets]
-
-
-class HostsFile(Strict):
-    hosts: dict[str, HostSpec]
-
-
-# ---------------------------------------------------------------- search spaces
 
 class _Param(Strict):
     flag: str | None = Field(None, pattern=r"^-{1,2}[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -214,23 +156,16 @@ class Workload(Strict):
 
 
 class Objective(Strict):
-    metric: Literal[
-        "output_throughput", "total_throughput", "request_throughput",
-        "median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "median_e2e_latency_ms",
-    ] = "output_throughput"
+    metric: MetricName = "output_throughput"
     level: int | None = Field(None, description="concurrency level; default the highest")
     direction: Literal["maximize", "minimize"] = "maximize"
-
-
-THROUGHPUT_METRICS = ("output_throughput", "total_throughput", "request_throughput")
-LATENCY_METRICS = ("median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "median_e2e_latency_ms")
 
 
 class ObjectiveTerm(Strict):
     """One of the two objectives of the Pareto mode (`objectives:`); its direction follows from
     the metric: a throughput is maximised, a latency minimised."""
 
-    metric: Literal[THROUGHPUT_METRICS + LATENCY_METRICS]  # type: ignore[valid-type]
+    metric: MetricName
     level: int | None = Field(None, description="concurrency level; default the highest for a "
                                                 "throughput, the lowest for a latency")
 
@@ -239,9 +174,9 @@ class ObjectiveTerm(Strict):
 class Goal:
     """One objective as the study optimises it: a metric read at a level, and a direction."""
 
-    metric: str
+    metric: MetricName
     level: int
-    direction: str
+    direction: Literal["maximize", "minimize"]
 
     @property
     def name(self) -> str:
@@ -251,10 +186,7 @@ class Goal:
 class Target(Strict):
     """What the deployment must reach: the report gives the gap from the best config to it."""
 
-    metric: Literal[
-        "output_throughput", "total_throughput", "request_throughput",
-        "median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "median_e2e_latency_ms",
-    ] = "output_throughput"
+    metric: MetricName = "output_throughput"
     value: float = Field(gt=0)
     level: int | None = Field(None, description="concurrency level; default the highest")
 
@@ -286,7 +218,7 @@ class OutputCheck(Strict):
     # none: only require that a generation succeeds (random-weight models, whose near-tied logits
     # make greedy tokens flip with any numerics-changing lever: threads, batch, KV type)
     mode: Literal["auto", "reference-only", "none"] = "auto"
-    # The correctness gate (sweeper/correctness.py; README "Output-correctness gate")
+    # The correctness gate (sweeper/trial/gate.py; README "Output-correctness gate")
     prompts: list[str] = Field(default_factory=lambda: list(DEFAULT_CHECK_PROMPTS), min_length=1,
                                description="greedy prompt set; setting only `prompt` checks that one")
     k_tokens: int = Field(8, ge=1, description="first K greedy tokens compared with the reference")
@@ -368,18 +300,6 @@ class Space(Strict):
 
 # ---------------------------------------------------------------- loading
 
-def load_hosts(path: Path) -> HostsFile:
-    return _load_model(path, HostsFile)
-
-
-def load_host(path: Path, name: str) -> HostSpec:
-    hosts = load_hosts(path).hosts
-    if name not in hosts:
-        known = ", ".join(sorted(hosts)) or "none"
-        raise ConfigError(str(path), f"hosts.{name}", f"no such host (known: {known})")
-    return hosts[name]
-
-
 def load_space(path: Path) -> Space:
     if not path.is_file():
         raise ConfigError(str(path), "", "file not found")
@@ -390,9 +310,10 @@ def parse_space(text: str, source: str) -> Space:
     data, lines = parse_yaml_with_lines(text, source)
     if not isinstance(data, dict):
         raise ConfigError(source, "", "expected a mapping at the top level")
-    space = _validate(source, data, lines, Space)
-    for problem_path, message in _cross_check_space(space):
-        raise ConfigError(source, format_path(problem_path), message, line_of(lines, problem_path))
+    space = validate_model(source, data, lines, Space)
+    if problems := _cross_check_space(space):
+        raise ConfigError.all_of([ConfigError(source, format_path(path), message, line_of(lines, path))
+                                  for path, message in problems])
     return space
 
 
@@ -416,28 +337,10 @@ def _cross_check_space(space: Space) -> list[tuple[KeyPath, str]]:
     for name, derived in space.derived.items():
         if name in space.parameters:
             problems.append((("derived", name), "already a sampled parameter"))
-        try:
-            parse_expr(derived.expr, set(names))
-        except ExprError as exc:
-            problems.append((("derived", name, "expr"), str(exc)))
         for other in derived.when:
             if other not in names:
                 problems.append((("derived", name, "when", other), "a condition must name a sampled parameter"))
-    for index, source in enumerate(space.constraints):
-        try:
-            parse_expr(source, space.names)
-        except ExprError as exc:
-            problems.append((("constraints", index), str(exc)))
-    for index, rule in enumerate(space.rules):
-        try:
-            parse_expr(rule.forbid, space.names)
-        except ExprError as exc:
-            problems.append((("rules", index, "forbid"), str(exc)))
-    if space.gpus is not None:
-        try:
-            parse_expr(space.gpus, space.names)
-        except ExprError as exc:
-            problems.append((("gpus",), str(exc)))
+    problems += _check_expressions(space)
     seed_names = [seed.name for seed in space.seeds]
     for index, seed in enumerate(space.seeds):
         for key in seed.params:
@@ -452,6 +355,59 @@ def _cross_check_space(space: Space) -> list[tuple[KeyPath, str]]:
     if space.perf_target and space.perf_target.level not in (None, *space.workload.concurrency):
         problems.append((("target", "level"), f"{space.perf_target.level} is not one of workload.concurrency"))
     return problems
+
+
+def _expressions(space: Space) -> list[tuple[KeyPath, str, set[str]]]:
+    """(key path, source, the names it may use) of every expression in the space."""
+    sampled = set(space.parameters)
+    return ([(("derived", name, "expr"), d.expr, sampled) for name, d in space.derived.items()]
+            + [(("constraints", i), source, space.names) for i, source in enumerate(space.constraints)]
+            + [(("rules", i, "forbid"), rule.forbid, space.names) for i, rule in enumerate(space.rules)]
+            + ([(("gpus",), space.gpus, space.names)] if space.gpus is not None else []))
+
+
+def _check_expressions(space: Space) -> list[tuple[KeyPath, str]]:
+    """Each expression parses, names only known parameters, and evaluates on every combination of
+    the values they can take (a categorical mixing 'auto' and numbers under `<` is refused here)."""
+    problems: list[tuple[KeyPath, str]] = []
+    domains = _value_domains(space)
+    for path, source, known in _expressions(space):
+        try:
+            expr = parse_expr(source, known)
+        except ExprError as exc:
+            problems.append((path, str(exc)))
+            continue
+        if reason := first_type_error(expr, domains):
+            problems.append((path, reason))
+    return problems
+
+
+def _value_domains(space: Space) -> dict[str, list[Any]]:
+    """Values each parameter can take, for probing expressions: a categorical's choices, a range's
+    ends and middle, a bool's two values, and each derived value over its parameters' domains."""
+    domains: dict[str, list[Any]] = {}
+    for name, param in space.parameters.items():
+        if isinstance(param, CategoricalParam):
+            domains[name] = list(param.choices)
+        elif isinstance(param, BoolParam):
+            domains[name] = [False, True]
+        else:
+            middle = (param.low + param.high) // 2 if isinstance(param, IntParam) else (param.low + param.high) / 2
+            domains[name] = [param.low, middle, param.high]
+    for name, derived in space.derived.items():
+        try:
+            expr = parse_expr(derived.expr, set(space.parameters))
+        except ExprError:
+            continue  # reported by _check_expressions
+        names = sorted(expr.names)
+        values = []
+        for combo in itertools.islice(itertools.product(*(domains[n] for n in names)), MAX_PROBES):
+            try:
+                values.append(expr.evaluate(dict(zip(names, combo))))
+            except (ExprError, Missing):
+                continue
+        domains[name] = list({json.dumps(v, default=str): v for v in values}.values())
+    return domains
 
 
 def _check_objectives(space: Space) -> list[tuple[KeyPath, str]]:
@@ -470,45 +426,3 @@ def _check_objectives(space: Space) -> list[tuple[KeyPath, str]]:
             problems.append((("objectives", index, "level"), f"{term.level} is not one of workload.concurrency"))
     return problems
 
-
-def _read(path: Path) -> tuple[Any, dict]:
-    data, lines = load_yaml_with_lines(path)
-    if not isinstance(data, dict):
-        raise ConfigError(str(path), "", "expected a mapping at the top level")
-    return data, lines
-
-
-def _load_model(path: Path, model: type[BaseModel]):
-    data, lines = _read(path)
-    return _validate(path, data, lines, model)
-
-
-def _validate(source: Path | str, data: Any, lines: dict, model: type[BaseModel]):
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        loc = _strip_union_tags(error["loc"], data)
-        message = error["msg"].removeprefix("Value error, ")
-        if error["type"] == "extra_forbidden":
-            message = "unknown key"
-        elif "input" in error and error["type"] not in ("missing",) and not isinstance(error["input"], dict):
-            message += f" (got {error['input']!r})"
-        raise ConfigError(str(source), format_path(loc), message, line_of(lines, loc)) from None
-
-
-def _strip_union_tags(loc: tuple, data: Any) -> KeyPath:
-    """pydantic puts the discriminator tag ('int', 'categorical') into error paths; drop it."""
-    out: list[str | int] = []
-    node = data
-    for part in loc:
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
-            node = node[part]
-        elif isinstance(part, str) and isinstance(node, dict) and node.get("type") == part:
-            continue
-        elif isinstance(part, str) and "[" in part:  # e.g. 'function-after[_range(), IntParam]'
-            continue
-        out.append(part)
-    return tuple(out)

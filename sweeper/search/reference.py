@@ -12,8 +12,9 @@ from typing import Sequence
 import optuna
 from optuna.trial import TrialState
 
-from sweeper.config import Space
-from sweeper.correctness import OutputSample, agree, judge, load_reference_file, write_reference_file
+from sweeper.spec.space import Space
+from sweeper.trial.gate import OutputSample, agree, judge, load_reference_file, write_reference_file
+from sweeper.search.stored import output_rejected
 
 REFERENCE_FILE = "reference.json"
 
@@ -71,7 +72,7 @@ def reject_earlier(study: optuna.Study, space: Space, reference: Sequence[Output
     """Trials that passed only the garbage detector and disagree with the new reference, kept as
     the study's `output_rejected` (trial number -> why): the leaderboard ranks them out. A finished
     trial's own attrs cannot change, hence the study attr."""
-    rejected = dict(study.user_attrs.get("output_rejected") or {})
+    rejected = dict(output_rejected(study) or {})
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         stored = t.user_attrs.get("output_samples")
         if t.number == settled_by or not stored or "failure" in t.user_attrs:

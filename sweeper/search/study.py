@@ -16,24 +16,27 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 import sweeper
-from sweeper.config import HostSpec, Space, load_hosts, space_fingerprint
+from sweeper.spec.hosts import HostSpec, load_hosts
+from sweeper.spec.space import Space, space_fingerprint
 from sweeper.engines import get_engine
 from sweeper.engines.flags import flag_problems, parse_help_flags
 from sweeper.engines.versions import deprecation_warnings
 from sweeper.errors import InfraError, UserError
 from sweeper.hosts import Host, ServerProcess
-from sweeper.correctness import OutputSample
+from sweeper.trial.gate import OutputSample
 from sweeper.hosts.procfs import read_stat
-from sweeper.pareto import dominated_verdict
-from sweeper.reference import reference_samples, settle_reference as settle, use_reference_file
-from sweeper.record import ABANDONED, constraint_values, judge_level, objective_values, outcome_attrs
-from sweeper.results.leaderboard import best_trial, feasible_trials, is_evaluation, is_feasible
-from sweeper.leases import schema_lock
+from sweeper.search.pareto import dominated_verdict
+from sweeper.search.reference import reference_samples, settle_reference as settle, use_reference_file
+from sweeper.search.record import constraint_values, judge_level, objective_values, outcome_attrs
+from sweeper.search.trials import best_trial, feasible_trials, is_evaluation, is_feasible
+from sweeper.fleet.leases import schema_lock
 from sweeper.results.provenance import engine_provenance
 from sweeper.redact import MASK, redact_env, redact_url
-from sweeper.samplers import build_sampler
-from sweeper.space import config_key, suggest_config
-from sweeper.trial import TrialContext, run_trial
+from sweeper.search.samplers import build_sampler
+from sweeper.search.stored import output_rejected, reference_text
+from sweeper.search.configs import config_key, suggest_config
+from sweeper.trial.pipeline import TrialContext, run_trial
+from sweeper.outcomes import FailureKind
 
 MAX_RETRIES = 2
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -55,7 +58,7 @@ def storage_url(results_dir: Path, study_name: str, storage: str | None) -> str:
 def open_storage(url: str, heartbeat_s: float = 30, grace_s: float = 600,
                  stale_callback: Callable | None = None) -> optuna.storages.RDBStorage:
     """The study's RDB storage with heartbeats; `stale_callback` runs for each trial whose worker
-    stopped beating (sweeper/workers.py retries it)."""
+    stopped beating (sweeper/fleet/workers.py retries it)."""
     engine_kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         engine_kwargs = {"connect_args": {"timeout": 30}}
@@ -82,12 +85,6 @@ class SweepEvents(Protocol):
     def trial_started(self, number: int, evaluation: int, budget: int, config: dict) -> None: ...
     def stage(self, number: int, stage: str) -> None: ...
     def trial_finished(self, number: int, summary: str, best: float | None) -> None: ...
-
-
-class QuietEvents:
-    def trial_started(self, number, evaluation, budget, config): pass
-    def stage(self, number, stage): pass
-    def trial_finished(self, number, summary, best): pass
 
 
 # ---------------------------------------------------------------- creating and loading
@@ -213,10 +210,6 @@ def find_duplicate(study: optuna.Study, key: str, number: int) -> FrozenTrial | 
     return None
 
 
-def reference_text(study: optuna.Study) -> str | None:
-    return study.user_attrs.get("reference_text")
-
-
 def passed_gate(outcome) -> bool:
     """The trial's outputs passed the correctness gate (a later load or stop failure does not make
     them wrong: they can still be the reference)."""
@@ -224,13 +217,13 @@ def passed_gate(outcome) -> bool:
 
 
 def settle_reference(handle: StudyHandle, trial: optuna.Trial, samples: list[dict] | None) -> None:
-    """sweeper/reference.py: the named seed's outputs, or two agreeing configs', become the reference."""
+    """sweeper/search/reference.py: the named seed's outputs, or two agreeing configs', become the reference."""
     settle(handle.study, handle.space, handle.dir, trial,
            [OutputSample.from_dict(s) for s in samples] if samples else None)
 
 
 class TrialGate(Protocol):
-    """What a shared study (sweeper/workers.py) adds around a trial: a claim instead of the plain
+    """What a shared study (sweeper/fleet/workers.py) adds around a trial: a claim instead of the plain
     dedupe, and host leases while the server runs."""
 
     def admit(self, trial: optuna.Trial, config: dict, key: str) -> FrozenTrial | None: ...
@@ -307,7 +300,7 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents,
             indent=2, default=str))
         trial.set_user_attr("stage", "done")
         events.trial_finished(trial.number, _summary(outcome, values), _best_value(study))
-        if outcome.failure and outcome.failure.kind == ABANDONED:
+        if outcome.failure and outcome.failure.kind == FailureKind.ABANDONED:
             raise optuna.TrialPruned(outcome.failure.message)  # a partial result, recorded as such
         return values if space.is_pareto else values[0]
 
@@ -394,17 +387,16 @@ def installed_flags(study: optuna.Study, space: Space, host: Host) -> dict[str, 
     if result.returncode != 0:
         raise UserError(f"cannot read the engine's flags on {host.name}: {result.describe()}")
     flags = parse_help_flags(result.stdout)
-    fixed = get_engine(space.engine).build_launch_spec(space, {}, HostSpec(transport="local"), 1, python)
-    if problems := flag_problems(fixed.argv, flags, getattr(engine, "checks_short_flags", False),
-                                 getattr(engine, "flag_family", None)):
+    fixed = engine.build_launch_spec(space, {}, HostSpec(transport="local"), 1, python)
+    if problems := flag_problems(fixed.argv, flags, engine.checks_short_flags, engine.flag_family):
         raise UserError(f"the space's fixed flags do not fit {key}: {'; '.join(problems)}")
     study.set_user_attr("engine_flags", {"key": key, "flags": flags})
     study.set_user_attr("engine_version", version_text)
     # deprecations are dated by the engine's own releases (the simulator's version is sweeper's)
     space_flags = list(fixed.argv) + [p.flag for p in (*space.parameters.values(), *space.derived.values()) if p.flag]
-    family = getattr(engine, "flag_family", None)
-    if family == space.engine and (warnings := deprecation_warnings(space_flags, family, version_text)):
-        study.set_user_attr("engine_warnings", warnings)  # `sweeper show` lists them
+    if engine.flag_family == space.engine and (
+            deprecated := deprecation_warnings(space_flags, engine.flag_family, version_text)):
+        study.set_user_attr("engine_warnings", deprecated)  # `sweeper show` lists them
     return flags
 
 
@@ -436,7 +428,7 @@ def measured_values(study: optuna.Study) -> list[tuple[str, list[float] | None]]
     """(label, every objective's value, or None when the run failed) of every labelled, finished
     trial: the Pareto mode has two."""
     reference = reference_text(study)
-    rejected = study.user_attrs.get("output_rejected")
+    rejected = output_rejected(study)
     return [(t.user_attrs["label"], list(t.values) if is_feasible(t, reference, rejected) else None)
             for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             if "label" in t.user_attrs]

@@ -6,7 +6,7 @@ What keeps workers from stepping on each other:
   claimed RUNNING trial has the same config and that finished + claimed-running evaluations are
   below the budget, and marks its trial `claimed`; so no config is measured twice and no worker
   starts a trial past the budget;
-- host leases (sweeper/leases.py): one server per host slot, whoever the controller;
+- host leases (sweeper/fleet/leases.py): one server per host slot, whoever the controller;
 - Optuna heartbeats: a worker that dies leaves a RUNNING trial whose heartbeat stops; any other
   worker fails it after the grace period and queues its config again (retry_stale_trial), and the
   next lease holder stops the dead worker's server (ownership-checked, as `resume` does).
@@ -27,15 +27,16 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeper.config import HostSpec, Space
+from sweeper.spec.hosts import HostSpec
+from sweeper.spec.space import Space
 from sweeper.errors import InfraError, UserError
-from sweeper.expr import parse_expr
+from sweeper.spec.expr import parse_expr
 from sweeper.hosts import Host, ServerProcess
-from sweeper.leases import LeaseBook, LeaseKeeper, slot_name
-from sweeper.results.leaderboard import is_evaluation
-from sweeper.samplers import build_sampler
-from sweeper.space import excluded_by_rule, violated_constraints
-from sweeper.study import StudyHandle, SweepEvents, enqueue_retry, make_objective
+from sweeper.fleet.leases import LeaseBook, LeaseKeeper, slot_name
+from sweeper.search.trials import is_evaluation
+from sweeper.search.samplers import build_sampler
+from sweeper.spec.rules import excluded_by_rule, violated_constraints
+from sweeper.search.study import StudyHandle, SweepEvents, enqueue_retry, make_objective
 
 STORAGE_VAR = "SWEEPER_STORAGE"
 SLOT_PORT_STRIDE = 500  # servers of two GPU sets of one host never probe the same ports
@@ -72,9 +73,9 @@ def decide_claim(trials: Sequence[FrozenTrial], number: int, key: str, budget: i
     return ("run" if state == "open" else state), None
 
 
-def gpus_needed(space: Space, config: Mapping[str, Any]) -> int | None:
+def gpu_count_of(space: Space, config: Mapping[str, Any]) -> int | None:
     """GPUs a config needs, from the space's `gpus` expression (None: the whole host)."""
-    source = getattr(space, "gpus", None)
+    source = space.gpus
     if source is None:
         return None
     return int(parse_expr(source, space.names).evaluate(dict(config)))
@@ -83,7 +84,7 @@ def gpus_needed(space: Space, config: Mapping[str, Any]) -> int | None:
 def slot_plan(host_name: str, spec: HostSpec, gpu_set: str | None, need: int | None) -> tuple[list[str], str | None]:
     """(lease slots, CUDA_VISIBLE_DEVICES) for a trial on this worker's GPU set: its own set when
     the config fits in it, else every set of the host (the whole host)."""
-    sets = list(getattr(spec, "gpu_sets", []) or [])
+    sets = list(spec.gpu_sets)
     if not sets:
         return [slot_name(host_name, None)], None
     if gpu_set is not None and need is not None and need <= len(gpu_set.split(",")):
@@ -183,7 +184,7 @@ class SharedGate:
         """The leases this trial needs, held (and renewed) while it runs; yields its host spec."""
         handle = self.handle
         spec = handle.host_spec
-        slots, visible = slot_plan(handle.host_name, spec, self.gpu_set, gpus_needed(handle.space, config))
+        slots, visible = slot_plan(handle.host_name, spec, self.gpu_set, gpu_count_of(handle.space, config))
         keeper = LeaseKeeper(self.book, self.holder, self.options.heartbeat_s, self.options.poll_s)
         info = {"study": handle.name, "trial": trial.number}
         trial.set_user_attr("stage", "lease")

@@ -11,7 +11,7 @@ so a status code proves nothing. Two comparisons:
   mean absolute difference of the prompt tokens' logprobs from the reference's must stay within
   `max_logprob_diff` nats. It does not depend on sampling, so it catches broken weights even when
   the greedy text happens to agree.
-With no reference yet, the garbage detector (sweeper/garbage.py) judges each text.
+With no reference yet, the garbage detector (sweeper/trial/garbage.py) judges each text.
 Pure functions apart from `collect_samples` (HTTP) and the file helpers.
 """
 
@@ -25,9 +25,9 @@ from typing import Any, Sequence
 
 import requests
 
-from sweeper.config import OutputCheck
+from sweeper.spec.space import OutputCheck
 from sweeper.errors import ConfigError
-from sweeper.garbage import garbage_reasons
+from sweeper.trial.garbage import garbage_reasons
 from sweeper.loadgen.endpoints import RequestDialect, build_request_body, endpoint_url
 
 

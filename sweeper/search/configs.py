@@ -10,8 +10,8 @@ from typing import Any, Iterator
 
 import optuna
 
-from sweeper.config import BoolParam, CategoricalParam, FloatParam, IntParam, Space
-from sweeper.expr import ExprError, Missing, parse_expr
+from sweeper.spec.space import BoolParam, CategoricalParam, FloatParam, IntParam, Space
+from sweeper.spec.expr import Missing, parse_expr
 
 Config = dict[str, Any]
 
@@ -53,31 +53,6 @@ def with_derived(space: Space, sampled: Config) -> Config:
             except Missing:
                 continue
     return config
-
-
-def excluded_by_rule(space: Space, config: Config) -> str | None:
-    """The reason of the first static rule that forbids this config, if any."""
-    for expr, reason in space.parsed_rules():
-        try:
-            if expr.evaluate(config):
-                return reason
-        except (Missing, ExprError):
-            continue
-    return None
-
-
-def violated_constraints(space: Space, config: Config) -> list[str]:
-    """Constraint sources that this config breaks; one that names an inactive parameter is skipped."""
-    broken = []
-    for expr in space.parsed_constraints():
-        try:
-            if not expr.evaluate(config):
-                broken.append(expr.source)
-        except Missing:
-            continue
-        except ExprError as exc:
-            broken.append(f"{expr.source} ({exc})")
-    return broken
 
 
 def config_key(config: Config) -> str:

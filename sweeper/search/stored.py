@@ -1,26 +1,46 @@
-"""What a study stored about itself, read back: the search space (parsed again from its stored
-text, so every default is there) and the objective."""
+"""What a study stored about itself, read back (the one reader of a study's own attrs): the search
+space (parsed again from its stored text, so every default is there), the reference output, the
+trials rejected against it, and the objective."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 import optuna
 
-from sweeper.config import Space, parse_space
+from sweeper.spec.space import Space, parse_space
 from sweeper.errors import ConfigError
+
+
+def parse_stored_space(attrs: Mapping[str, Any]) -> Space:
+    """The space a study was created with, from its attrs (ConfigError when it no longer parses)."""
+    return parse_space(attrs["space_text"], f"{attrs.get('space_path', '?')} (copy stored in the study)")
 
 
 def stored_space(study: optuna.Study) -> Space | None:
     """The space the study was created with; None when the study holds none that still parses."""
-    attrs = study.user_attrs
-    text = attrs.get("space_text")
-    if not text:
+    if not study.user_attrs.get("space_text"):
         return None
     try:
-        return parse_space(text, f"{attrs.get('space_path', '?')} (copy stored in the study)")
+        return parse_stored_space(study.user_attrs)
     except ConfigError:
         return None
+
+
+def study_space(study: optuna.Study) -> dict:
+    """The stored space as plain data (readable even when it no longer parses)."""
+    return study.user_attrs.get("space", {})
+
+
+def reference_text(study: optuna.Study) -> str | None:
+    """The reference output's first text (what reports show; None until one is settled)."""
+    return study.user_attrs.get("reference_text")
+
+
+def output_rejected(study: optuna.Study) -> dict[str, str] | None:
+    """Trial number -> why its outputs disagree with a reference settled after it was measured."""
+    return study.user_attrs.get("output_rejected")
 
 
 @dataclass(frozen=True)
@@ -40,7 +60,7 @@ def objective_specs(study: optuna.Study) -> list[ObjectiveSpec]:
     space = stored_space(study)
     if space is not None:
         return [ObjectiveSpec(g.metric, g.level, g.direction == "maximize") for g in space.goals]
-    stored = study.user_attrs.get("space", {})  # a copy that no longer parses: read what we can
+    stored = study_space(study)  # a copy that no longer parses: read what we can
     objective = stored.get("objective", {})
     levels = stored.get("workload", {}).get("concurrency") or [1]
     return [ObjectiveSpec(objective.get("metric", "output_throughput"), int(objective.get("level") or max(levels)),

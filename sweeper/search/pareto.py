@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Hashable, Sequence, TypeVar
 
-from sweeper.config import Space
-from sweeper.record import ABANDONED
-from sweeper.trial import Failure
+from sweeper.spec.space import Space
+from sweeper.outcomes import FailureKind, Stage
+from sweeper.trial.pipeline import Failure
 
 K = TypeVar("K", bound=Hashable)
 
@@ -50,7 +50,7 @@ def dominated_verdict(space: Space, measured: dict[int, dict],
         return None
     for trial, their_throughput, their_latency in front:
         if their_latency <= mine and optimistic < fraction * their_throughput:
-            return Failure("load", ABANDONED, (
+            return Failure(Stage.LOAD, FailureKind.ABANDONED, (
                 f"at most {optimistic:.2f} {throughput.name} (linear bound), below {fraction:.0%} of trial "
                 f"{trial}'s {their_throughput:.2f}, whose {latency.name} {their_latency:.2f} is no worse "
                 f"than {float(mine):.2f}: dominated"))

@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sweeper.config import Space, load_space, parse_space, space_fingerprint
+from sweeper.spec.space import Space, load_space, space_fingerprint
 from sweeper.errors import UserError
+from sweeper.search.stored import parse_stored_space
 
 
 def changed_paths(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -31,7 +32,7 @@ def check_space_unchanged(study_attrs: dict) -> Space:
     file is gone; an edited file is refused with what changed."""
     path = Path(study_attrs["space_path"])
     if not path.is_file():
-        return parse_space(study_attrs["space_text"], f"{path} (copy stored in the study)")
+        return parse_stored_space(study_attrs)
     space = load_space(path)
     if space_fingerprint(space) == study_attrs["space_hash"]:
         return space

@@ -3,30 +3,51 @@
 The language is a small subset of Python expressions: parameter names, numbers, strings,
 True/False/None, lists/tuples of those, arithmetic (+ - * / // % **), comparisons
 (< <= > >= == != in, not in, chained), and/or/not, `a if cond else b` and parentheses.
-Anything else is refused when the space file is loaded, not when a trial runs.
+Anything else is refused when the space file is loaded, not when a trial runs. Arithmetic is
+bounded (MAX_EXPONENT, MAX_INT_BITS, MAX_REPEAT), so a typo cannot hang the controller, and a
+comparison of values that do not compare (a string with a number) is an ExprError, not a TypeError.
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 import operator
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
+
+MAX_EXPONENT = 64
+MAX_INT_BITS = 1024
+MAX_REPEAT = 10_000  # 'a' * n, (1, 2) * n
+
+
+class ExprError(ValueError):
+    pass
+
+
+def _bounded_pow(base, exponent):
+    if isinstance(exponent, (int, float)) and abs(exponent) > MAX_EXPONENT:
+        raise ExprError(f"** is limited to exponents up to {MAX_EXPONENT} (got {exponent!r})")
+    return operator.pow(base, exponent)
+
+
+def _bounded_mul(left, right):
+    for seq, count in ((left, right), (right, left)):
+        if isinstance(seq, (str, tuple)) and isinstance(count, int) and count > MAX_REPEAT:
+            raise ExprError(f"a repetition is limited to {MAX_REPEAT} (got {count})")
+    return operator.mul(left, right)
+
 
 _BINARY = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: _bounded_mul,
     ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
-    ast.Pow: operator.pow,
+    ast.Pow: _bounded_pow,
 }
 _COMPARE = {
     ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
     ast.Eq: operator.eq, ast.NotEq: operator.ne,
     ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
 }
-
-
-class ExprError(ValueError):
-    pass
 
 
 class Missing(Exception):
@@ -92,15 +113,43 @@ def _evaluate(node: ast.expr, values: Mapping[str, Any]) -> Any:
             return _evaluate(body, values) if _evaluate(test, values) else _evaluate(orelse, values)
         case ast.BinOp(left=left, op=op, right=right):
             try:
-                return _BINARY[type(op)](_evaluate(left, values), _evaluate(right, values))
-            except (ZeroDivisionError, TypeError) as exc:
+                result = _BINARY[type(op)](_evaluate(left, values), _evaluate(right, values))
+            except (ZeroDivisionError, TypeError, OverflowError) as exc:
                 raise ExprError(str(exc)) from None
+            if isinstance(result, int) and result.bit_length() > MAX_INT_BITS:
+                raise ExprError(f"a result above 2**{MAX_INT_BITS} is refused")
+            return result
         case ast.Compare(left=left, ops=ops, comparators=comparators):
             current = _evaluate(left, values)
             for op, right_node in zip(ops, comparators):
                 right = _evaluate(right_node, values)
-                if not _COMPARE[type(op)](current, right):
+                try:
+                    holds = _COMPARE[type(op)](current, right)
+                except TypeError:
+                    raise ExprError(f"cannot compare {current!r} with {right!r}") from None
+                if not holds:
                     return False
                 current = right
             return True
     raise ExprError(f"unsupported expression node {type(node).__name__}")
+
+
+MAX_PROBES = 4096
+
+
+def first_type_error(expr: Expr, domains: Mapping[str, Sequence[Any]]) -> str | None:
+    """Why `expr` fails on some combination of its names' possible values (each name's domain: a
+    categorical's choices, a range's ends and middle), or None. Run when the space is loaded, so a
+    comparison of 'auto' with 3 is refused there rather than mid-sweep; guards such as
+    `x != None and x > 2` pass, since evaluation short-circuits as it will at run time."""
+    names = sorted(n for n in expr.names if n in domains)
+    for combo in itertools.islice(itertools.product(*(domains[n] for n in names)), MAX_PROBES):
+        values = dict(zip(names, combo))
+        try:
+            expr.evaluate(values)
+        except Missing:
+            continue
+        except ExprError as exc:
+            shown = ", ".join(f"{k}={v!r}" for k, v in values.items())
+            return f"{exc} (when {shown})"
+    return None

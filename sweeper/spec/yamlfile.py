@@ -28,23 +28,34 @@ def parse_yaml_with_lines(text: str, source: str) -> tuple[Any, dict[KeyPath, in
         line = mark.line + 1 if mark else None
         raise ConfigError(source, "", f"not valid YAML: {getattr(exc, 'problem', exc)}", line) from None
     lines: dict[KeyPath, int] = {}
+    duplicates: list[ConfigError] = []
     if node is not None:
-        _collect_lines(node, (), lines)
+        _collect_lines(node, (), lines, lambda path, first, again: duplicates.append(ConfigError(
+            source, format_path(path), f"duplicate key (first at line {first}): YAML would keep only the "
+                                       f"last value", again)))
+    if duplicates:
+        raise ConfigError.all_of(duplicates)
     return data, lines
 
 
-def _collect_lines(node: yaml.Node, prefix: KeyPath, out: dict[KeyPath, int]) -> None:
+def _collect_lines(node: yaml.Node, prefix: KeyPath, out: dict[KeyPath, int], on_duplicate) -> None:
     out.setdefault(prefix, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
         for key_node, value_node in node.value:
-            path = prefix + (str(key_node.value),)
+            key = str(key_node.value)
+            path = prefix + (key,)
+            if key in seen:
+                on_duplicate(path, out[path], key_node.start_mark.line + 1)
+                continue
+            seen.add(key)
             out[path] = key_node.start_mark.line + 1
-            _collect_lines(value_node, path, out)
+            _collect_lines(value_node, path, out, on_duplicate)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
             path = prefix + (index,)
             out[path] = item.start_mark.line + 1
-            _collect_lines(item, path, out)
+            _collect_lines(item, path, out, on_duplicate)
 
 
 def line_of(lines: dict[KeyPath, int], path: KeyPath) -> int | None:

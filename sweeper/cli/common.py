@@ -1,0 +1,57 @@
+"""What every command shares: the consoles, the common options, errors as exits, signals as Ctrl-C."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import typer
+from rich.console import Console
+
+from sweeper.errors import UserError
+
+# Piped output gets a wide page rather than rich's 80 columns, so tables stay readable in logs.
+console = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+RESULTS_OPT = typer.Option(Path("results"), "--results", help="Folder holding one folder per study.")
+STORAGE_OPT = typer.Option(None, "--storage", envvar="SWEEPER_STORAGE",
+                           help="Any Optuna storage URL, or $SWEEPER_STORAGE (default: SQLite in the study folder).")
+
+
+def parse_duration(text: str) -> float:
+    """'6h', '90m', '45s' or plain seconds -> seconds."""
+    units = {"h": 3600, "m": 60, "s": 1}
+    try:
+        if text[-1:] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except ValueError:
+        raise UserError(f"--time-budget: expected a duration like 6h, 90m or 45s, got {text!r}") from None
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """A UserError becomes one red line and an exit code; anything else keeps its traceback."""
+    try:
+        yield
+    except UserError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(exc.exit_code) from None
+
+
+@contextmanager
+def interrupts_as_keyboard() -> Iterator[None]:
+    """SIGTERM and SIGHUP stop a sweep the way Ctrl-C does: the server is stopped, the trial kept."""
+    def raise_interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = {s: signal.signal(s, raise_interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)

@@ -1,0 +1,111 @@
+"""`sweeper leaderboard`, `report`, `show` and `best`: what a study found, read from storage."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.live import Live
+
+from sweeper.cli.common import RESULTS_OPT, STORAGE_OPT, console, user_errors
+from sweeper.errors import UserError
+from sweeper.results.show import format_show
+from sweeper.results.table import format_leaderboard_table
+from sweeper.search.stored import parse_stored_space
+from sweeper.search.study import load_study
+from sweeper.search.trials import best_trial
+
+
+def leaderboard(
+    study: str = typer.Argument(...),
+    top: Optional[int] = typer.Option(None, "--top", min=1, help="Rows shown (default 10) and, when given, rows exported."),
+    level: Optional[int] = typer.Option(None, "--level", help="Rank by the objective's metric at this concurrency level."),
+    feasible_only: bool = typer.Option(False, "--feasible-only", help="Only trials that rank."),
+    csv: Optional[Path] = typer.Option(None, "--csv", help="Write the rows, one per trial, to this CSV."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="... to this JSON file (a list of records)."),
+    parquet: Optional[Path] = typer.Option(None, "--parquet", help="... to this Parquet file."),
+    storage: Optional[str] = STORAGE_OPT,
+    results: Path = RESULTS_OPT,
+) -> None:
+    """The trials ranked by the objective; failures, duplicates and invalid levels never rank."""
+    from sweeper.results.export import build_export_frame, write_export
+
+    with user_errors():
+        optuna_study = load_study(study, results, storage)
+        console.print(format_leaderboard_table(optuna_study, top or 10, level, feasible_only))
+        exports = [(path, fmt) for path, fmt in ((csv, "csv"), (json_out, "json"), (parquet, "parquet")) if path]
+        if exports:
+            frame = build_export_frame(optuna_study, level, feasible_only, top)
+            for path, fmt in exports:
+                console.print(f"wrote {write_export(frame, path, fmt)}")
+
+
+def report(
+    study: str = typer.Argument(...),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder for report.html and report.md (default: the study's folder)."),
+    storage: Optional[str] = STORAGE_OPT,
+    results: Path = RESULTS_OPT,
+) -> None:
+    """One self-contained HTML report (and its Markdown twin), rebuilt from storage."""
+    from sweeper.results.report import build_report, write_report
+
+    with user_errors():
+        optuna_study = load_study(study, results, storage)
+        written = write_report(build_report(optuna_study), out or results / study)
+        console.print(f"wrote {written[0]} and {written[1]}")
+
+
+def show(
+    study: str = typer.Argument(...),
+    watch: bool = typer.Option(False, "--watch", help="Refresh from storage until Ctrl-C."),
+    interval: float = typer.Option(2.0, "--interval", min=0.2, help="Seconds between refreshes."),
+    storage: Optional[str] = STORAGE_OPT,
+    results: Path = RESULTS_OPT,
+) -> None:
+    """Trials by state, the best so far, and what is running."""
+    with user_errors():
+        optuna_study = load_study(study, results, storage)
+        if not watch:
+            console.print(format_show(optuna_study))
+            return
+        # Re-read from storage on every refresh: works from another terminal or machine.
+        try:
+            with Live(format_show(optuna_study), console=console, refresh_per_second=1) as live:
+                while True:
+                    time.sleep(interval)
+                    live.update(format_show(load_study(study, results, storage)))
+        except KeyboardInterrupt:
+            pass
+
+
+def best(
+    study: str = typer.Argument(...),
+    script: bool = typer.Option(False, "--script", help="Print a ready-to-run launch script."),
+    trial_number: Optional[int] = typer.Option(None, "--trial", help="This feasible trial instead of the best (e.g. a member of the Pareto front)."),
+    storage: Optional[str] = STORAGE_OPT,
+    results: Path = RESULTS_OPT,
+) -> None:
+    """The best feasible config of a study (as a launch script with --script); in the Pareto mode,
+    the front."""
+    from sweeper.search.trials import chosen_trial, is_pareto_study
+    from sweeper.spec.hosts import HostSpec
+    from sweeper.results.script import best_launch_script
+
+    with user_errors():
+        optuna_study = load_study(study, results, storage)
+        attrs = optuna_study.user_attrs
+        space = parse_stored_space(attrs)
+        host_spec = HostSpec.model_validate(attrs["host_spec"])
+        chosen = chosen_trial(optuna_study, trial_number) if trial_number is not None else None
+        text = best_launch_script(optuna_study, space, host_spec, chosen)
+        if text is None:
+            raise UserError(f"study {study!r} has no feasible trial yet")
+        if script:
+            typer.echo(text, nl=False)
+        elif is_pareto_study(optuna_study) and chosen is None:
+            console.print(format_leaderboard_table(optuna_study, len(optuna_study.trials), feasible_only=True))
+        else:
+            trial = chosen or best_trial(optuna_study)
+            console.print(f"trial {trial.number}: {', '.join(f'{v:.2f}' for v in trial.values)}  {trial.params}")

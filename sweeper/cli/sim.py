@@ -1,0 +1,66 @@
+"""`sweeper sim best`: the simulator's exact optimum (or Pareto front) of a space."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from sweeper.cli.common import RESULTS_OPT, STORAGE_OPT, console, user_errors
+from sweeper.errors import UserError
+from sweeper.search.study import load_study
+from sweeper.search.trials import best_trial
+from sweeper.spec.space import Space, load_space
+
+
+def sim_best(
+    space_file: Path = typer.Argument(..., help="Search-space YAML file (engine: sim)."),
+    study: Optional[str] = typer.Option(None, "--study", help="Also compare this study's best with the optimum."),
+    storage: Optional[str] = STORAGE_OPT,
+    results: Path = RESULTS_OPT,
+) -> None:
+    """The simulator's exact optimum for a space, from its performance model (with two
+    objectives: its exact Pareto front)."""
+    from sweeper.sim.best import best_config, modelled_objective
+
+    with user_errors():
+        space = load_space(space_file)
+        if space.is_pareto:
+            _print_modelled_front(space)
+            return
+        result = best_config(space)
+        table = Table(title=f"simulator optimum of {space.name} ({result.feasible} feasible of {result.total} configs)")
+        table.add_column("parameter")
+        table.add_column("value")
+        for name, value in result.config.items():
+            table.add_row(name, str(value))
+        console.print(table)
+        console.print(f"modelled {space.goals[0].metric} at C={space.goals[0].level}: "
+                      f"[bold]{result.value:.2f}[/]")
+        if study:
+            best = best_trial(load_study(study, results, storage))
+            if best is None:
+                raise UserError(f"study {study!r} has no feasible trial yet")
+            modelled = modelled_objective(space, best.params)
+            console.print(f"study {study}: best trial {best.number} measured {best.values[0]:.2f}, modelled "
+                          f"{modelled:.2f} = {100 * modelled / result.value:.1f}% of the optimum")
+
+
+def _print_modelled_front(space: Space) -> None:
+    from sweeper.sim.best import modelled_front
+
+    front, feasible, total = modelled_front(space)
+    throughput, latency = space.goals
+    ties: dict[tuple[float, float], list] = {}  # levers the model ignores give equal points
+    for point in front:
+        ties.setdefault((point.throughput, point.latency), []).append(point)
+    table = Table(title=f"simulator's Pareto front of {space.name}: {len(ties)} points, {len(front)} of "
+                        f"{feasible} feasible configs ({total} in all)")
+    for column in (f"{throughput.name} (modelled)", f"{latency.name} (modelled)", "configs", "e.g."):
+        table.add_column(column, justify="left" if column == "e.g." else "right", overflow="fold")
+    for (tok_s, lat), points in ties.items():
+        table.add_row(f"{tok_s:.2f}", f"{lat:.2f}", str(len(points)),
+                      " ".join(f"{k}={v}" for k, v in points[0].config.items()))
+    console.print(table)

@@ -1,0 +1,1 @@
+"""Spaces shipped inside the package (the demo space: `sweeper demo`)."""
