@@ -1,4 +1,4 @@
-"""vLLM (0.33): `vllm serve MODEL` with flags and environment from a config.
+"""vLLM (0.24 and 0.33): `vllm serve MODEL` with flags and environment from a config.
 
 Started as `python -m vllm.entrypoints.cli.main serve MODEL ...` (what the `vllm` console script
 runs), so the host's interpreter picks the installation, as with SGLang. Its `--help` lists only
@@ -11,13 +11,16 @@ from typing import Any, Mapping
 from sweeper.spec.space import Space
 from sweeper.engines.base import EngineAdapter, EngineInfo, Readiness, Signature, space_flag_args
 
-# Exact substrings from vLLM 0.33's sources and logs (engines.md; vllm/v1/core/kv_cache_planning.py,
-# vllm/v1/worker/utils.py, vllm/v1/engine/utils.py); most specific first: the engine core's own
-# error comes before the generic "Engine core initialization failed" the front end logs after it.
+# Exact substrings from vLLM's sources and logs (engines.md; 0.33: vllm/v1/core/kv_cache_planning.py,
+# vllm/v1/worker/utils.py, vllm/v1/engine/utils.py; 0.24.0 as run on the H200:
+# tests/fixtures/vllm/fail_*.log); most specific first: the engine core's own error comes before the
+# generic "Engine core initialization failed" the front end logs after it.
 VLLM_SIGNATURES = (
     Signature("No available memory for the cache blocks", "not_enough_memory"),
     Signature("To serve at least one request with the model's max seq len", "kv_cache_too_small"),
-    Signature("is less than desired GPU memory utilization", "gpus_not_clean"),
+    # "Free memory on device (x/y GiB) on startup is less than desired GPU memory utilization (u, z
+    # GiB)": the GPU gate saw the GPU clean before launch, so the utilization asks for too much
+    Signature("is less than desired GPU memory utilization", "memory_utilization_too_high"),
     Signature("CUDA out of memory", "oom"),
     Signature("Watchdog caught collective operation timeout", "nccl"),
     Signature("NCCL error", "nccl"),
@@ -25,6 +28,14 @@ VLLM_SIGNATURES = (
     Signature("address already in use", "port_busy"),  # uvicorn: [Errno 98] error while attempting to bind
     Signature("is not supported on this device", "unsupported"),
     Signature("is not supported on the current device", "unsupported"),
+    # 0.24: "ValueError: moe_backend='triton_unfused' is not supported for unquantized MoE": a
+    # listed choice, refused after the weights load (~40 s in)
+    Signature("is not supported for", "unsupported"),
+    # flag values the flag check cannot judge: pydantic's refusal of a config field ("1 validation
+    # error for CacheConfig ... Input should be less than or equal to 1"), argparse's of a value
+    Signature("validation error for", "invalid_argument"),
+    Signature("smaller than max_model_len", "invalid_argument"),  # batched tokens without chunked prefill
+    Signature(": error: argument", "invalid_argument"),  # "vllm serve: error: argument --x: invalid int value"
     Signature("Engine core initialization failed", "child_crash"),
 )
 
