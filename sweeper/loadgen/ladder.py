@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from sweeper.loadgen.client import LevelRun, StreamOptions, get, run_closed_loop, run_measured, run_open_loop
 from sweeper.loadgen.metrics import combine_repeats, summarize_level
+from sweeper.loadgen.vocab import DEFAULT_VOCAB_SIZE
 from sweeper.loadgen.workload import arrival_offsets_s, build_prompt_texts, build_prompt_token_ids
 
 # What `sweeper load --json` writes per level, in this order: bench_serving's names.
@@ -42,6 +43,7 @@ class LoadPlan:
     slo_tpot_ms: float | None = None
     time_scale: float = 1.0
     tokenizer: Any | None = None  # text prompts of exact length (workload.tokenizer_from_file)
+    vocab_size: int | None = None  # token-id prompts stay below it (loadgen/vocab.py); None: 32000
     options: StreamOptions = field(default_factory=StreamOptions)
 
     def requests_at(self, concurrency: int) -> int:
@@ -64,7 +66,7 @@ def build_prompts(plan: LoadPlan, n: int, seed: int) -> list[list[int]] | list[s
     """Token ids for completions without a tokenizer; text for chat or with a tokenizer."""
     if plan.options.api == "chat" or plan.tokenizer is not None:
         return build_prompt_texts(n, plan.input_len, seed, tokenizer=plan.tokenizer)
-    return build_prompt_token_ids(n, plan.input_len, seed)
+    return build_prompt_token_ids(n, plan.input_len, seed, plan.vocab_size or DEFAULT_VOCAB_SIZE)
 
 
 def run_once(base_url: str, model: str, plan: LoadPlan, concurrency: int, prompts: list) -> LevelRun:

@@ -24,15 +24,18 @@ from sweeper.errors import UserError
 from sweeper.hosts.base import Host, ServerProcess
 from sweeper.hosts.gate import check_gpus_before_launch, wait_gpus_released
 from sweeper.loadgen.client import StreamOptions, run_level
+from sweeper.loadgen.vocab import DEFAULT_VOCAB_SIZE
 from sweeper.loadgen.workload import build_prompt_token_ids
 from sweeper.profile.control import (
-    TRACE_SUBDIR, ProfilerControl, build_profiler_env, call_profiler, profiler_for,
+    TRACE_SUBDIR, ProfilerControl, build_profiler_argv, build_profiler_env, call_profiler, profiler_for,
 )
 from sweeper.profile.fetch import fetch_traces, wait_for_traces
 from sweeper.profile.trace import (
     DeviceBusy, GroupShare, KernelTable, TraceError, group_shares, load_trace, summarize_traces,
 )
-from sweeper.trial.pipeline import Failure, Ready, check_output, launch, preflight, stop, wait_ready
+from sweeper.trial.pipeline import (
+    Failure, Ready, check_output, launch, preflight, served_vocab_size, stop, wait_ready,
+)
 
 MAX_PROFILED_REQUESTS = 20_000
 
@@ -57,6 +60,7 @@ class ProfileContext:
     reference_samples: Sequence[OutputSample] | None = None  # the study's reference (correctness gate)
     known_servers: Callable[[], list[ServerProcess]] = lambda: []
     known_flags: Mapping[str, list[str] | None] | None = None
+    engine_version: str = ""  # the installed engine's version (how its profiler is switched on)
     on_started: Callable[[ServerProcess], None] = lambda proc: None
     on_stopped: Callable[[ServerProcess], None] = lambda proc: None
     on_step: Callable[[str], None] = lambda message: None
@@ -79,7 +83,7 @@ def profiled_request_count(concurrency: int, seconds: float, round_s: float) -> 
 
 
 def drive_load(base_url: str, model: str, workload: Workload, concurrency: int, seconds: float, round_s: float,
-               options: StreamOptions) -> dict[str, Any]:
+               options: StreamOptions, vocab_size: int | None = None) -> dict[str, Any]:
     """Closed-loop load at `concurrency` for at least `seconds`: runs of whole rounds, each sized
     from the rounds before it, until the time is used (fresh prompts throughout)."""
     samples: list = []
@@ -88,7 +92,7 @@ def drive_load(base_url: str, model: str, workload: Workload, concurrency: int, 
     while (elapsed := time.perf_counter() - started) < seconds and batch < 1000:
         n = profiled_request_count(concurrency, seconds - elapsed, round_s)
         seed = workload.seed + 30_000 + 1000 * batch + concurrency  # fresh prompts: no prefix-cache hits
-        prompts = build_prompt_token_ids(n, workload.input_len, seed=seed)
+        prompts = build_prompt_token_ids(n, workload.input_len, seed=seed, vocab_size=vocab_size or DEFAULT_VOCAB_SIZE)
         run = run_level(base_url, model, prompts, workload.output_len, concurrency, options=options)
         samples += run.samples
         round_s = run.duration_s / max(math.ceil(n / concurrency), 1)
@@ -103,14 +107,15 @@ def drive_load(base_url: str, model: str, workload: Workload, concurrency: int, 
 
 def profile_config(ctx: ProfileContext, config: Mapping[str, Any], request: ProfileRequest) -> ProfileRun:
     space, host = ctx.space, ctx.host
-    control = profiler_for(space.engine)
+    control = profiler_for(space.engine, ctx.engine_version)
     port_or_failure = preflight(space, config, host, ctx.host_spec.base_port)
     if isinstance(port_or_failure, Failure):
         raise UserError(f"this config is not launched by the pipeline: {port_or_failure.stage}/"
                         f"{port_or_failure.kind}: {port_or_failure.message}")
     port = port_or_failure
     spec = ctx.engine.build_launch_spec(space, config, ctx.host_spec, port, host.python())
-    spec = replace(spec, env={**spec.env, **build_profiler_env(control)})
+    spec = replace(spec, env={**spec.env, **build_profiler_env(control)},
+                   argv=(*spec.argv, *build_profiler_argv(control)))
     short = getattr(ctx.engine, "checks_short_flags", False)
     family = getattr(ctx.engine, "flag_family", None)
     if ctx.known_flags is not None and (problems := flag_problems(spec.argv, ctx.known_flags, short, family)):
@@ -163,8 +168,10 @@ def _profile_under_load(ctx: ProfileContext, proc: ServerProcess, port: int, req
     c = request.concurrency
     ctx.on_step(f"warming up at C={c}")
     warm_rounds = max(request.warmup_rounds, 1)
+    vocab = served_vocab_size(host, space.model)
     warmup = run_level(base_url, space.model, build_prompt_token_ids(warm_rounds * c, workload.input_len,
-                       seed=workload.seed + 20_000 + c), workload.output_len, c, options=options)
+                       seed=workload.seed + 20_000 + c, vocab_size=vocab or DEFAULT_VOCAB_SIZE),
+                       workload.output_len, c, options=options)
     if not any(s.ok for s in warmup.samples):
         raise UserError(f"no warmup request at C={c} succeeded: {warmup.samples[0].error if warmup.samples else ''}")
     round_s = warmup.duration_s / warm_rounds
@@ -172,7 +179,7 @@ def _profile_under_load(ctx: ProfileContext, proc: ServerProcess, port: int, req
     ctx.on_step(f"profiling at C={c} for {request.seconds:g}s")
     call_profiler(base_url, control.start_path, control.build_start_body(folder), request.profiler_call_timeout_s)
     try:
-        load = drive_load(base_url, space.model, workload, c, request.seconds, round_s, options)
+        load = drive_load(base_url, space.model, workload, c, request.seconds, round_s, options, vocab)
     finally:
         if host.is_alive(proc):  # a dead server has no profiler to stop; said below
             call_profiler(base_url, control.stop_path, None, request.profiler_call_timeout_s)

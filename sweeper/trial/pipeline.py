@@ -32,6 +32,7 @@ from sweeper.loadgen.client import (STALLED, LevelRun, LoadgenError, StreamOptio
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.loadgen.metrics import combine_repeats, summarize_level
 from sweeper.loadgen.onhost import LoadPlace, controller_runner, load_place
+from sweeper.loadgen.vocab import DEFAULT_VOCAB_SIZE, model_vocab_size
 from sweeper.loadgen.workload import build_prompt_texts, build_prompt_token_ids
 from sweeper.redact import redact_env
 from sweeper.spec.rules import excluded_by_rule, violated_constraints
@@ -227,17 +228,29 @@ def build_stream_options(workload: Workload, dialect: RequestDialect,
     return fit_to_dialect(wished, dialect)
 
 
-def build_level_prompts(n: int, input_len: int, seed: int, dialect: RequestDialect) -> list[list[int]] | list[str]:
-    """Token ids where the server takes them (exact input length), else text of about input_len tokens."""
+def build_level_prompts(n: int, input_len: int, seed: int, dialect: RequestDialect,
+                        vocab_size: int | None = None) -> list[list[int]] | list[str]:
+    """Token ids where the server takes them (exact input length, below the served model's
+    vocabulary size), else text of about input_len tokens."""
     if dialect.text_prompts or dialect.api == "chat":
         return build_prompt_texts(n, input_len, seed)
-    return build_prompt_token_ids(n, input_len, seed)
+    return build_prompt_token_ids(n, input_len, seed, vocab_size or DEFAULT_VOCAB_SIZE)
+
+
+def served_vocab_size(host: Host, model: str) -> int | None:
+    """The model folder's vocabulary size as the host sees it (config.json, tokenizer.json), or
+    None where `model` is no folder there (a hub name: the load keeps its default ids)."""
+    def read(path: str) -> str | None:
+        result = host.run(["cat", path], timeout_s=60)
+        return result.stdout if result.returncode == 0 else None
+    return model_vocab_size(read, model)
 
 
 def run_ladder(base_url: str, model: str, workload: Workload, time_scale: float, trial_dir: Path,
                on_level: Callable[[int, dict], Failure | None], still_alive: Callable[[], bool],
                dialect: RequestDialect = RequestDialect(), place: LoadPlace | None = None,
-               stall_timeout_s: float | None = None) -> tuple[dict[int, dict], Failure | None]:
+               stall_timeout_s: float | None = None,
+               vocab_size: int | None = None) -> tuple[dict[int, dict], Failure | None]:
     """Each level: a warmup (not measured), then `repeats` runs with exactly C requests in flight
     until their requests run out; the median repeat is kept, with the repeats' CV. `place` says
     where the client runs (loadgen/onhost.py); by default here, against base_url.
@@ -251,7 +264,7 @@ def run_ladder(base_url: str, model: str, workload: Workload, time_scale: float,
     options = build_stream_options(workload, dialect, stall_timeout_s)
     for concurrency in workload.concurrency:
         warmup = build_level_prompts(workload.warmup_rounds * concurrency, workload.input_len,
-                                     workload.seed + 10_000 + concurrency, dialect)
+                                     workload.seed + 10_000 + concurrency, dialect, vocab_size)
         crashed = Failure("load", "crash_under_load", f"server died at concurrency {concurrency}")
         # After a run with failed requests, a dead server ends the ladder at once: each further
         # run would only fail too (and, loading from the host, start a python there first).
@@ -264,7 +277,7 @@ def run_ladder(base_url: str, model: str, workload: Workload, time_scale: float,
         repeats, dead = [], False
         for repeat in range(workload.repeats):  # fresh prompts each repeat: no prefix-cache hits
             prompts = build_level_prompts(workload.requests_at(concurrency), workload.input_len,
-                                          workload.seed + concurrency + 100_000 * repeat, dialect)
+                                          workload.seed + concurrency + 100_000 * repeat, dialect, vocab_size)
             run = place.run(prompts, workload.output_len, concurrency, options)
             suffix = "" if repeat == 0 else f".r{repeat + 1}"  # c<C>.json stays the first repeat
             (samples_dir / f"c{concurrency}{suffix}.json").write_text(json.dumps([asdict(s) for s in run.samples]))
@@ -408,7 +421,7 @@ def _serve_and_measure(ctx: TrialContext, outcome: TrialOutcome, timer: Callable
         outcome.levels, outcome.failure = run_ladder(
             base_url, model, space.workload, ctx.engine.clock_scale(space), ctx.trial_dir,
             ctx.on_level, lambda: ctx.host.is_alive(proc), info.dialect, place,
-            stall_timeout_s=space.launch.stall_timeout_s)
+            stall_timeout_s=space.launch.stall_timeout_s, vocab_size=served_vocab_size(ctx.host, space.model))
     for goal_level in sorted({goal.level for goal in space.goals}):  # one level, or the Pareto pair's
         measured = outcome.levels.get(goal_level)
         if outcome.failure is None and measured is not None and not measured.get("valid"):
