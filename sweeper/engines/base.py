@@ -42,6 +42,9 @@ class EngineInfo:
     readiness: Readiness
     signatures: Sequence[Signature] = field(default_factory=tuple)
     dialect: RequestDialect = RequestDialect()  # what its HTTP API accepts and how it streams
+    # log lines meaning requests waited on a one-time compile: a measured run that logs one did
+    # not measure the steady state, so its level is invalid (never ranked)
+    stall_lines: Sequence[str] = field(default_factory=tuple)
 
 
 class Engine(Protocol):
@@ -112,6 +115,13 @@ def classify_log(text: str, signatures: Sequence[Signature]) -> Signature | None
         if signature.substring in text:
             return signature
     return None
+
+
+def first_stall_line(text: str, stall_lines: Sequence[str]) -> str | None:
+    """The first log line of `text` holding one of the engine's stall lines, or None."""
+    if not stall_lines or not text:
+        return None
+    return next((line.strip() for line in text.splitlines() if any(s in line for s in stall_lines)), None)
 
 
 def flag_args(flag: str, value: Any) -> list[str]:

@@ -44,6 +44,9 @@ VLLM_INFO = EngineInfo(
     # connection refused until the API server starts; then /health 200 (503 once the engine is dead)
     readiness=Readiness(health_path="/health", ready_line="Application startup complete."),
     signatures=VLLM_SIGNATURES,
+    # 0.24's JIT monitor, once per kernel after its warm-up: "Triton kernel JIT compilation during
+    # inference: fused_moe_kernel. This causes a latency spike; ..." (a ~0.5 s stall on the H200)
+    stall_lines=("JIT compilation during inference",),
 )
 
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import Launch, OutputCheck, Space, Workload
 from sweeper.trial.gate import GateError, GateTimeout, OutputSample, collect_samples, judge, write_check_file
-from sweeper.engines.base import Engine, EngineInfo, LaunchSpec, classify_log
+from sweeper.engines.base import Engine, EngineInfo, LaunchSpec, classify_log, first_stall_line
 from sweeper.engines.flags import flag_problems
 from sweeper.errors import InfraError
 from sweeper.hosts.base import Host, ServerProcess, StopReport
@@ -157,6 +157,15 @@ class LogWatch:
         return "\n".join(self.text.splitlines()[-lines:])
 
 
+def stall_watch(host: Host, proc: ServerProcess, stall_lines: Sequence[str]) -> Callable[[], str | None]:
+    """new_stall for run_ladder: the log read on from here (start-up lines skipped)."""
+    if not stall_lines:
+        return lambda: None
+    watch = LogWatch(host, proc)
+    watch.poll()
+    return lambda: first_stall_line(watch.poll(), stall_lines)
+
+
 def wait_ready(host: Host, proc: ServerProcess, info: EngineInfo, port: int, model: str,
                launch_cfg: Launch) -> Ready | Crashed | TimedOut:
     """Poll until a real generation succeeds, the server dies or shows a failure line, it stalls,
@@ -250,13 +259,17 @@ def run_ladder(base_url: str, model: str, workload: Workload, time_scale: float,
                on_level: Callable[[int, dict], Failure | None], still_alive: Callable[[], bool],
                dialect: RequestDialect = RequestDialect(), place: LoadPlace | None = None,
                stall_timeout_s: float | None = None,
-               vocab_size: int | None = None) -> tuple[dict[int, dict], Failure | None]:
+               vocab_size: int | None = None,
+               new_stall: Callable[[], str | None] = lambda: None) -> tuple[dict[int, dict], Failure | None]:
     """Each level: a warmup (not measured), then `repeats` runs with exactly C requests in flight
     until their requests run out; the median repeat is kept, with the repeats' CV. `place` says
     where the client runs (loadgen/onhost.py); by default here, against base_url.
     Watchdog: a request that gets no byte for the stall timeout (workload.stall_timeout_s, else
     `stall_timeout_s`) while the server lives is a hang (an NCCL collective stuck mid-load): the
-    level stops sending and the trial ends with kind `hang` instead of waiting forever."""
+    level stops sending and the trial ends with kind `hang` instead of waiting forever.
+    `new_stall()` gives the first stall line the server logged since it was last asked (a JIT
+    compile: EngineInfo.stall_lines): one during the warm-up is what the warm-up is for, one
+    during a measured run makes that level invalid."""
     place = place or LoadPlace("controller", controller_runner(base_url, model))
     levels: dict[int, dict] = {}
     samples_dir = trial_dir / "samples"
@@ -270,6 +283,7 @@ def run_ladder(base_url: str, model: str, workload: Workload, time_scale: float,
         # run would only fail too (and, loading from the host, start a python there first).
         if warmup:
             warm = place.run(warmup, workload.output_len, concurrency, options)
+            new_stall()
             if hang := _hang_of(warm.samples, concurrency, "warmup", still_alive):
                 return levels, hang
             if _any_failed(warm) and not still_alive():
@@ -283,10 +297,15 @@ def run_ladder(base_url: str, model: str, workload: Workload, time_scale: float,
             (samples_dir / f"c{concurrency}{suffix}.json").write_text(json.dumps([asdict(s) for s in run.samples]))
             if hang := _hang_of(run.samples, concurrency, "measured run", still_alive):
                 return levels, hang
-            repeats.append(summarize_level(run.samples, concurrency, run.duration_s, time_scale=time_scale,
-                                           requested_output_len=workload.output_len, lag=run.lag,
-                                           slo_ttft_ms=workload.slo_ttft_ms, slo_tpot_ms=workload.slo_tpot_ms,
-                                           max_client_lag_ms=workload.max_client_lag_ms))
+            summary = summarize_level(run.samples, concurrency, run.duration_s, time_scale=time_scale,
+                                      requested_output_len=workload.output_len, lag=run.lag,
+                                      slo_ttft_ms=workload.slo_ttft_ms, slo_tpot_ms=workload.slo_tpot_ms,
+                                      max_client_lag_ms=workload.max_client_lag_ms)
+            if stall := new_stall():
+                summary["invalid_reasons"] = [*summary["invalid_reasons"],
+                                              f"the server stalled on a compile during the measured run: {stall[-200:]}"]
+                summary["valid"] = False
+            repeats.append(summary)
             if _any_failed(run) and not still_alive():
                 dead = True
                 break
@@ -421,7 +440,8 @@ def _serve_and_measure(ctx: TrialContext, outcome: TrialOutcome, timer: Callable
         outcome.levels, outcome.failure = run_ladder(
             base_url, model, space.workload, ctx.engine.clock_scale(space), ctx.trial_dir,
             ctx.on_level, lambda: ctx.host.is_alive(proc), info.dialect, place,
-            stall_timeout_s=space.launch.stall_timeout_s, vocab_size=served_vocab_size(ctx.host, space.model))
+            stall_timeout_s=space.launch.stall_timeout_s, vocab_size=served_vocab_size(ctx.host, space.model),
+            new_stall=stall_watch(ctx.host, proc, info.stall_lines))
     for goal_level in sorted({goal.level for goal in space.goals}):  # one level, or the Pareto pair's
         measured = outcome.levels.get(goal_level)
         if outcome.failure is None and measured is not None and not measured.get("valid"):

@@ -1,0 +1,49 @@
+"""A measured level during which vLLM logged a first-use Triton JIT compile is invalid, never
+ranked (on the H200 a fused_moe_kernel compile stalled requests ~0.5 s inside a level that still
+counted as valid). The lines are the real ones: tests/fixtures/vllm/jit_lines.txt."""
+
+from pathlib import Path
+
+from sweeper.engines.base import first_stall_line
+from sweeper.engines.vllm import VLLM_INFO
+from sweeper.loadgen.client import LevelRun, RequestSample
+from sweeper.loadgen.lag import LagStats
+from sweeper.loadgen.onhost import LoadPlace
+from sweeper.spec.space import Workload
+from sweeper.trial.pipeline import run_ladder
+
+JIT = (Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "jit_lines.txt").read_text()
+HEALTHY = (Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "serve_defaults.log").read_text()
+
+
+def test_the_real_jit_warning_is_a_stall_line_and_the_activation_notice_is_not():
+    activated, slot, moe = JIT.splitlines()
+    assert first_stall_line(activated, VLLM_INFO.stall_lines) is None
+    assert "fused_moe_kernel" in first_stall_line(moe, VLLM_INFO.stall_lines)
+    assert first_stall_line(JIT, ()) is None
+
+
+def sample(start: float) -> RequestSample:
+    times = [start + 0.01 + 0.003 * i for i in range(8)]
+    return RequestSample(ok=True, error="", start=start, ttft=0.01, chunk_times=times, chunk_tokens=[1] * 8,
+                         end=times[-1], prompt_tokens=8, output_tokens=8, streamed_tokens=8,
+                         usage_reported=True, requested_output_tokens=8)
+
+
+def closed_loop(prompts, output_len, concurrency, options):
+    samples = [sample(0.03 * (i // concurrency)) for i in range(len(prompts))]
+    return LevelRun(samples, 0.0, max(s.end for s in samples), LagStats(10, 0.1, 0.2, 0.3))
+
+
+def test_a_compile_logged_during_the_measured_run_invalidates_that_level_only(tmp_path):
+    moe = JIT.splitlines()[2]
+    # the log as read after: C=1 warm-up (a compile: what warm-up is for), C=1 run, C=4 warm-up, C=4 run (a compile)
+    news = iter([moe, "", "", moe])
+    workload = Workload(input_len=8, output_len=8, concurrency=[1, 4], min_rounds=2, warmup_rounds=1)
+    levels, failure = run_ladder("http://x", "m", workload, 1.0, tmp_path, lambda c, m: None, lambda: True,
+                                 place=LoadPlace("controller", closed_loop), new_stall=lambda: next(news))
+    assert failure is None
+    assert levels[1]["valid"], levels[1]["invalid_reasons"]
+    assert not levels[4]["valid"]
+    assert any("stalled on a compile during the measured run" in r and "fused_moe_kernel" in r
+               for r in levels[4]["invalid_reasons"])
