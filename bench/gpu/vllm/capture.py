@@ -104,33 +104,56 @@ def stop_group(proc: subprocess.Popen, out: Path) -> None:
 
 
 def side_by_side(model: str, out: Path, levels: list[int], deadline: float, sweeper_py: list[str]) -> None:
-    env = {**os.environ}
-    def scrape(name: str) -> None:
-        (out / f"metrics_{name}.txt").write_text(get_text("/metrics")[1])
-    def bench(c: int, tag: str) -> None:
+    """Per level: vllm bench serve as it ships (server-default sampling), sweeper load, then vllm
+    bench serve with --temperature 0 (greedy, as sweeper sends): a /metrics scrape around each.
+    runs.json lists which scrapes bracket which client's run (promdiff.py reads it)."""
+    runs: list[dict] = []
+    scrape_n = [0]
+
+    def scrape() -> str:
+        name = f"metrics_{scrape_n[0]:02d}.txt"
+        scrape_n[0] += 1
+        (out / name).write_text(get_text("/metrics")[1])
+        return name
+
+    def bench(c: int, tag: str, extra: list[str]) -> int:
         n = max(8 * c, 32)
         cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "vllm",
                "--base-url", f"http://127.0.0.1:{PORT}", "--model", model, "--tokenizer", model,
                "--dataset-name", "random", "--random-input-len", "64", "--random-output-len", "64",
                "--num-prompts", str(n), "--max-concurrency", str(c), "--ignore-eos", "--seed", "0",
                "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
-               "--save-result", "--save-detailed", "--result-dir", str(out), "--result-filename", f"vb_{tag}.json"]
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        (out / f"vb_{tag}.log").write_text(r.stdout + r.stderr)
-        log(f"vllm bench serve C={c}: exit {r.returncode}")
-    def sweep_load(c: int, tag: str) -> None:
+               "--save-result", "--save-detailed", "--result-dir", str(out), "--result-filename", f"{tag}.json", *extra]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        (out / f"{tag}.log").write_text(r.stdout + r.stderr)
+        log(f"vllm bench serve C={c} {' '.join(extra)}: exit {r.returncode}")
+        return r.returncode
+
+    def sweep_load(c: int, tag: str) -> int:
         n = max(8 * c, 32)
         cmd = sweeper_py + ["load", f"http://127.0.0.1:{PORT}", "--concurrency", str(c), "--input-len", "64",
                             "--output-len", "64", "--requests-per-level", str(n), "--model", model,
-                            "--json", str(out / f"sw_{tag}.json")]
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        (out / f"sw_{tag}.log").write_text(r.stdout + r.stderr)
+                            "--json", str(out / f"{tag}.json")]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        (out / f"{tag}.log").write_text(r.stdout + r.stderr)
         log(f"sweeper load C={c}: exit {r.returncode}")
-    bench(16, "warmup")  # one long warm-up first: every batch size compiled, graphs captured
+        return r.returncode
+
+    bench(16, "vb_warmup", [])  # a long warm-up first: batch sizes compiled, graphs captured
+    bench(4, "vb_warmup_t0", ["--temperature", "0"])
     for c in levels:
-        if time.time() > deadline:
-            log("side by side: deadline reached"); return
-        scrape(f"c{c}_0"); bench(c, f"c{c}"); scrape(f"c{c}_1"); sweep_load(c, f"c{c}"); scrape(f"c{c}_2")
+        for client, tag, run in (("vllm bench serve", f"vb_c{c}", lambda: bench(c, f"vb_c{c}", [])),
+                                 ("sweeper load", f"sw_c{c}", lambda: sweep_load(c, f"sw_c{c}")),
+                                 ("vllm bench serve --temperature 0", f"vb_t0_c{c}",
+                                  lambda: bench(c, f"vb_t0_c{c}", ["--temperature", "0"]))):
+            if time.time() > deadline:
+                log("side by side: deadline reached")
+                break
+            before = scrape()
+            rc = run()
+            runs.append({"c": c, "client": client, "result": f"{tag}.json", "before": before, "after": scrape(),
+                         "rc": rc})
+            (out / "runs.json").write_text(json.dumps(runs, indent=1))
 
 
 def main() -> None:

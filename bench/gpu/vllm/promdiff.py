@@ -3,9 +3,9 @@ server, and what the server's own /metrics histograms say happened while each ra
 
     python3 bench/gpu/vllm/promdiff.py SERVER_DIR      (capture.py's output folder)
 
-Scrapes metrics_c{C}_0 (before vllm bench), _1 (after it, before sweeper), _2 (after sweeper):
-the difference of two scrapes is what the server saw during one client's run (the client's
-requests only: nothing else talks to it). Prints a Markdown table.
+runs.json names, for each client's run, the /metrics scrapes taken just before and after it: their
+difference is what the server saw during that run (its requests only: nothing else talks to it).
+Prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 import sys
 from pathlib import Path
 
-LINE = re.compile(r'^(vllm:[a-z_]+)(\{[^}]*\})?\s+([-+0-9.eEinfINFNa]+)$')
+LINE = re.compile(r'^(vllm:[a-z0-9_]+)(\{[^}]*\})?\s+([-+0-9.eEinfINFNa]+)$')
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -57,20 +57,15 @@ def rows(folder: Path) -> list[str]:
     out = ["| C | client | client tok/s | client TTFT mean ms | client ITL mean ms | server TTFT mean ms | "
            "server ITL mean ms | server e2e mean ms | server gen tokens | requests |",
            "|---|---|---|---|---|---|---|---|---|---|"]
-    levels = sorted({int(m.group(1)) for p in folder.glob("metrics_c*_0.txt")
-                     if (m := re.match(r"metrics_c(\d+)_0", p.stem))})
-    for c in levels:
-        scrapes = [folder / f"metrics_c{c}_{i}.txt" for i in range(3)]
-        if not all(s.is_file() for s in scrapes):
-            continue
-        m = [parse_metrics(s.read_text()) for s in scrapes]
-        for client, (a, b), result in (("vllm bench serve", (0, 1), load(folder / f"vb_c{c}.json")),
-                                       ("sweeper load", (1, 2), load(folder / f"sw_c{c}.json"))):
-            view = server_view(m[a], m[b])
-            out.append(f"| {c} | {client} | {result.get('output_throughput', float('nan')):.0f} | "
-                       f"{result.get('mean_ttft_ms', float('nan')):.2f} | {result.get('mean_itl_ms', float('nan')):.3f} | "
-                       f"{view['ttft_ms']:.2f} | {view['itl_ms']:.3f} | {view['e2e_ms']:.1f} | "
-                       f"{view['generation_tokens']:.0f} | {view['requests']:.0f} |")
+    manifest = folder / "runs.json"
+    for run in json.loads(manifest.read_text()) if manifest.is_file() else []:
+        before, after = (parse_metrics((folder / run[k]).read_text()) for k in ("before", "after"))
+        view = server_view(before, after)
+        result = load(folder / run["result"])
+        out.append(f"| {run['c']} | {run['client']} | {result.get('output_throughput', float('nan')):.0f} | "
+                   f"{result.get('mean_ttft_ms', float('nan')):.2f} | {result.get('mean_itl_ms', float('nan')):.3f} | "
+                   f"{view['ttft_ms']:.2f} | {view['itl_ms']:.3f} | {view['e2e_ms']:.1f} | "
+                   f"{view['generation_tokens']:.0f} | {view['requests']:.0f} |")
     return out
 
 
