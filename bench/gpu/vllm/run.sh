@@ -57,6 +57,7 @@ if [ ! -f "$MODEL/config.json" ]; then
   step "model: random-weight Qwen3-MoE shape, local BPE tokenizer (vocab pad: $VOCAB)"
   python3 "$REPO/bench/gpu/make_model.py" "$MODEL" --pad-to "$VOCAB" || exit 1
 fi
+cp "$MODEL/config.json" "$WORK/captures/model_config.json"; cp "$MODEL/tokenizer.json" "$WORK/captures/model_tokenizer.json"
 
 if [ "$CAPTURES" = 1 ]; then
   step "serve --help=all"
@@ -66,7 +67,7 @@ fi
 if [ "$CAPTURES" = 1 ] || [ -n "$SIDE" ]; then
   step "one server by hand: captures and side by side (levels: $SIDE)"
   timeout -k 10 300 python3 "$REPO/bench/gpu/vllm/capture.py" "$MODEL" "$WORK/server" --side-by-side "$SIDE" \
-    --captures "$CAPTURES" --deadline $(( started + 260 )) || echo "capture exit $?"
+    --captures "$CAPTURES" --deadline $(( started + ${SIDE_SECONDS:-260} )) || echo "capture exit $?"
   python3 "$REPO/bench/gpu/vllm/promdiff.py" "$WORK/server" | tee "$OUT/side_by_side.md" || true
   rm -f "$WORK"/server/trace_*.json.gz.tmp
   for f in "$WORK"/server/trace_*; do [ -f "$f" ] && cp "$f" "$OUT/vllm_trace.json.gz" && break; done
@@ -88,11 +89,13 @@ if [ "$SWEEP" = 1 ]; then
   SWEEP_SECONDS=$(( DEADLINE - 150 - ($(date +%s) - started) ))
   step "sweep (no new trial after ${SWEEP_SECONDS}s)"
   [ "$RESUME" = 1 ] || rm -rf "$WORK/results"
-  timeout -s INT -k 20 $((SWEEP_SECONDS + 100)) \
+  interrupt_at=$(( $(date +%s) + SWEEP_SECONDS + 100 ))
+  timeout -s INT -k 40 $((SWEEP_SECONDS + 100)) \
     python3 -c 'import sys; from sweeper.cli import main; sys.argv[0] = "sweeper"; sys.exit(main())' \
     sweep "$SPACE" --hosts "$WORK/hosts.yaml" --host local --study "$STUDY" --results "$WORK/results" \
     --time-budget "${SWEEP_SECONDS}s" --seed 0 --top 20
-  echo "sweep exit $?"
+  rc=$?
+  echo "sweep exit $rc$( [ "$rc" = 124 ] && echo ": interrupted (SIGINT) at $(date -u -d @$interrupt_at +%H:%M:%S), ended $(( $(date +%s) - interrupt_at ))s after it")"
 fi
 
 if [ -d "$WORK/results/$STUDY" ]; then
