@@ -47,3 +47,29 @@ def test_a_compile_logged_during_the_measured_run_invalidates_that_level_only(tm
     assert not levels[4]["valid"]
     assert any("stalled on a compile during the measured run" in r and "fused_moe_kernel" in r
                for r in levels[4]["invalid_reasons"])
+
+
+def load_samples(name: str) -> list[RequestSample]:
+    import gzip
+    import json
+
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "samples" / f"{name}.json.gz"
+    return [RequestSample(**s) for s in json.loads(gzip.decompress(path.read_bytes()))]
+
+
+def test_the_real_first_round_stall_at_c64_invalidates_that_repeat():
+    """The defaults seed on the H200, C=64, repeat 1: all 64 first-round requests waited ~760 ms
+    for a first token, the rounds after ~72-118 ms; vLLM logged no JIT line for it. Before: valid,
+    and its 9,173 tok/s ranked (repeat 2: 13,088)."""
+    from sweeper.loadgen.metrics import summarize_level
+
+    def level(name):
+        samples = load_samples(name)
+        span = max(s.end for s in samples) - min(s.start for s in samples)
+        return summarize_level(samples, 64, span, requested_output_len=64)
+
+    stalled = level("defaults_c64_r1")
+    assert not stalled["valid"]
+    assert any("the first round waited" in r for r in stalled["invalid_reasons"])
+    for steady in ("defaults_c64_r2", "winner_c64_r1"):
+        assert level(steady)["valid"], level(steady)["invalid_reasons"]
