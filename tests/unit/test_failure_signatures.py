@@ -100,8 +100,8 @@ RuntimeError: Engine core initialization failed. See root cause above. Failed co
     "nccl watchdog": ("nccl", "(Worker_TP1 pid=4250) [rank1]:[E ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=812, OpType=ALLREDUCE) ran for 600041 milliseconds before timing out."),
     "nccl warn": ("nccl", "(Worker_TP1 pid=4250) gpu-box:4250:4291 [1] NCCL WARN Cuda failure 'peer access is not supported between these two devices'"),
     "unsupported here": ("unsupported", "(EngineCore_DP0 pid=4242) ValueError: b12x paged attention is not supported on the current device"),
-    # excerpts built from vLLM 0.24.0's sources (config/cache.py's Field(le=1) through pydantic,
-    # config/scheduler.py, argparse): not yet seen in a real log (tests/fixtures/vllm/README.md)
+    # excerpts: the first two as the real 0.24.0 logs hold them (REAL_VLLM_LOGS below), the last
+    # two built from 0.24.0's sources (config/scheduler.py, argparse), not yet seen in a real log
     "unsupported for": ("unsupported", "(EngineCore pid=1797) ValueError: moe_backend='triton_unfused' is not supported for unquantized MoE. Expected one of ['triton', 'flashinfer_trtllm', 'flashinfer_cutlass', 'aiter']."),
     "pydantic refusal": ("invalid_argument", """\
 (APIServer pid=1729) pydantic_core._pydantic_core.ValidationError: 1 validation error for CacheConfig
@@ -116,7 +116,9 @@ gpu_memory_utilization
 # Whole logs of real vLLM 0.24.0 start-ups on the H200 (tests/fixtures/vllm/README.md)
 REAL_VLLM_LOGS = {
     "fail_triton_unfused.log": "unsupported",  # before: the generic child_crash
-    "fail_util_too_low.log": "not_enough_memory",
+    "fail_util_too_low.log": "not_enough_memory",  # 0.01 with the 32,000-token model (session 1)
+    "fail_util_too_high.log": "memory_utilization_too_high",  # 1.0: before, gpus_not_clean
+    "fail_bad_value.log": "invalid_argument",  # 1.5, pydantic's refusal: before, unclassified
 }
 
 
