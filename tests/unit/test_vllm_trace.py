@@ -1,0 +1,17 @@
+"""A real vLLM 0.24.0 worker trace (tests/fixtures/vllm/vllm-0.24.0_rank0.pt.trace.json.gz,
+--profiler-config on the H200) through `sweeper kernels`' summary."""
+
+from pathlib import Path
+
+from sweeper.profile.command import summarize_trace_files
+
+TRACE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "vllm-0.24.0_rank0.pt.trace.json.gz"
+
+
+def test_the_real_vllm_trace_gives_its_kernel_table():
+    result = summarize_trace_files([TRACE], 6)
+    groups = {g["group"]: g for g in result.record["groups"]}
+    assert result.record["kernels"][0]["name"] == "fused_moe_kernel"
+    assert groups["moe_gemm"]["share"] > 0.5  # a 32-expert MoE at batch 8: the experts dominate
+    assert groups["attention"]["share"] > 0.1  # FA3's sm90 kernel is recognised as attention
+    assert "fused_moe_kernel" in result.text
