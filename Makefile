@@ -32,6 +32,7 @@ $(LLAMA_SERVER): | $(BIN)/python
 	PYTHON=$(BIN)/python scripts/build_llama_server.sh
 
 $(DEMO_MODEL): | install
+	$(BIN)/pip install --quiet -e '.[models]'
 	$(BIN)/sweeper models make-gguf --layers 8 --width 512 --seed 0 --out $(DEMO_MODEL)
 
 # A real engine here: sweep llama-server on a random-weight model (README "A real engine: llama.cpp").

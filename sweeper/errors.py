@@ -31,5 +31,15 @@ class ConfigError(UserError):
         return cls(first.file, first.path, first.detail, first.line, tuple(rest))
 
 
+def import_optional(module: str, extra: str, what: str):
+    """An optional dependency, or a UserError saying which extra brings it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise UserError(f"{what} needs the {module!r} package: pip install 'sweeper[{extra}]'") from None
+
+
 class InfraError(Exception):
     """A fault of the machinery (SSH drop, host busy), not of the config: the trial is retried."""

@@ -15,7 +15,7 @@ from sweeper.spec.space import Space, load_space
 from sweeper.errors import UserError
 from sweeper.models.cli import models_app
 from sweeper.cli import results as results_commands, sim as sim_commands, sweep as sweep_commands
-from sweeper.cli.common import RESULTS_OPT, STORAGE_OPT, console, err, interrupts_as_keyboard, user_errors
+from sweeper.cli.common import OUTPUT, RESULTS_OPT, STORAGE_OPT, console, err, interrupts_as_keyboard, user_errors
 from sweeper.cli.progress import open_new_study, with_progress
 from sweeper.search.study import load_study
 from sweeper.search.stored import parse_stored_space
@@ -39,9 +39,15 @@ def print_version(wanted: bool) -> None:
 
 
 @app.callback()
-def options(version: bool = typer.Option(False, "--version", callback=print_version, is_eager=True,
-                                         help="Print the version and exit.")) -> None:
+def options(
+    version: bool = typer.Option(False, "--version", callback=print_version, is_eager=True,
+                                 help="Print the version and exit."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines (tables and errors still print)."),
+    log_file: Optional[Path] = typer.Option(None, "--log-file", help="Also append every progress line, "
+                                            "timestamped, to this file."),
+) -> None:
     """Find the fastest safe server configuration by measuring it."""
+    OUTPUT.quiet, OUTPUT.log_file = quiet, log_file
 
 
 def main() -> None:

@@ -17,6 +17,16 @@ from sweeper.errors import UserError
 console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
+
+class Output:
+    """How much progress a command shows, and where else it goes (the app's --quiet, --log-file)."""
+
+    quiet = False
+    log_file: Path | None = None
+
+
+OUTPUT = Output()
+
 RESULTS_OPT = typer.Option(Path("results"), "--results", help="Folder holding one folder per study.")
 STORAGE_OPT = typer.Option(None, "--storage", envvar="SWEEPER_STORAGE",
                            help="Any Optuna storage URL, or $SWEEPER_STORAGE (default: SQLite in the study folder).")

@@ -4,12 +4,13 @@ and how a run of trials ends (the leaderboard, or how to resume after Ctrl-C).""
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from pathlib import Path
 
 import typer
 from rich.live import Live
 
-from sweeper.cli.common import console, err, interrupts_as_keyboard
+from sweeper.cli.common import OUTPUT, console, err, interrupts_as_keyboard
 from sweeper.hosts import Host, open_host
 from sweeper.results.table import format_leaderboard_table
 from sweeper.search.study import StudyHandle, create_study, run_sweep
@@ -17,8 +18,16 @@ from sweeper.spec.hosts import load_host
 from sweeper.spec.space import Space
 
 
+def format_level_line(level: int, metrics: dict) -> str:
+    """One level's result in a line: throughput, TTFT, and the verdict with its reasons."""
+    verdict = "valid" if metrics.get("valid") else "invalid: " + "; ".join(metrics.get("invalid_reasons") or [])
+    return (f"C={level}: {metrics.get('output_throughput', float('nan')):.1f} output tok/s, "
+            f"TTFT p50 {metrics.get('median_ttft_ms', float('nan')):.1f} ms, {verdict}")
+
+
 class RichEvents:
-    """Progress while sweeping: trial n of N, stage, elapsed, best so far."""
+    """Progress on a terminal: a live line (trial n of N, stage, elapsed, best so far) above the
+    lines of started trials, level results and finished trials."""
 
     def __init__(self, live: Live):
         self.live, self.number, self.evaluation, self.budget = live, None, 0, 0
@@ -40,37 +49,78 @@ class RichEvents:
         self.stage_name = stage
         self.live.update(self.render())
 
+    def level(self, number, level, metrics):
+        self.live.console.print(f"     {format_level_line(level, metrics)}", highlight=False, markup=False)
+
     def trial_finished(self, number, summary, best):
         self.best = best
         self.live.console.print(f"  -> trial {number}: {summary}", highlight=False)
         self.live.update(self.render())
 
 
-class WorkerEvents:
-    """A worker's progress as plain lines, each prefixed with its host slot (several workers share
-    one terminal, so no live line)."""
+class LineEvents:
+    """Progress as timestamped plain lines, one per trial start, stage change, level result and
+    finish: for logs (no terminal: CI, nohup, tmux logging) and for workers sharing one terminal
+    (each line prefixed with its host slot)."""
 
-    def __init__(self, prefix: str):
-        self.prefix = prefix
+    def __init__(self, prefix: str | None = None, show: bool = True):
+        self.prefix, self.show = (f"[{prefix}] " if prefix else ""), show
+
+    def say(self, text: str) -> None:
+        line = f"{datetime.now():%H:%M:%S} {self.prefix}{text}"
+        if self.show and not OUTPUT.quiet:
+            console.print(line, highlight=False, markup=False)
+        if OUTPUT.log_file is not None:
+            with OUTPUT.log_file.open("a") as log:
+                log.write(line + "\n")
 
     def trial_started(self, number, evaluation, budget, config):
-        settings = " ".join(f"{k}={v}" for k, v in config.items())
-        console.print(f"[{self.prefix}] trial {number} (evaluation {evaluation} of {budget}): {settings}",
-                      highlight=False, markup=False)
+        self.say(f"trial {number} (evaluation {evaluation} of {budget}): "
+                 + " ".join(f"{k}={v}" for k, v in config.items()))
 
     def stage(self, number, stage):
-        pass
+        self.say(f"trial {number}: {stage}")
+
+    def level(self, number, level, metrics):
+        self.say(f"trial {number}: {format_level_line(level, metrics)}")
 
     def trial_finished(self, number, summary, best):
-        console.print(f"[{self.prefix}]   -> trial {number}: {summary}", highlight=False, markup=False)
+        self.say(f"  -> trial {number}: {summary}")
+
+
+class Both:
+    """Each event to two listeners (the live line on the terminal, the log file's lines)."""
+
+    def __init__(self, first, second):
+        self.listeners = (first, second)
+
+    def trial_started(self, number, evaluation, budget, config):
+        for listener in self.listeners:
+            listener.trial_started(number, evaluation, budget, config)
+
+    def stage(self, number, stage):
+        for listener in self.listeners:
+            listener.stage(number, stage)
+
+    def level(self, number, level, metrics):
+        for listener in self.listeners:
+            listener.level(number, level, metrics)
+
+    def trial_finished(self, number, summary, best):
+        for listener in self.listeners:
+            listener.trial_finished(number, summary, best)
 
 
 def with_progress(handle: StudyHandle, host: Host, run) -> None:
-    """Run trials with the live progress line; Ctrl-C stops the server and says how to resume."""
+    """Run trials with their progress shown (a live line on a terminal, else plain lines); Ctrl-C
+    stops the server and says how to resume."""
     try:
-        with interrupts_as_keyboard(), Live("starting", console=console, refresh_per_second=4,
-                                             transient=True) as live:
-            run(RichEvents(live))
+        with interrupts_as_keyboard():
+            if console.is_terminal and not OUTPUT.quiet:
+                with Live("starting", console=console, refresh_per_second=4, transient=True) as live:
+                    run(Both(RichEvents(live), LineEvents(show=False)))
+            else:
+                run(LineEvents())
     except KeyboardInterrupt:
         err.print(f"[yellow]interrupted:[/] the running server was stopped and the trial recorded. "
                   f"Continue with: sweeper resume {handle.name} --results {handle.results_dir}")
@@ -80,15 +130,15 @@ def with_progress(handle: StudyHandle, host: Host, run) -> None:
 
 
 def sweep_and_print(handle: StudyHandle, host: Host, top: int, seed: int | None = None,
-           time_budget_s: float | None = None) -> None:
+                    time_budget_s: float | None = None) -> None:
     with_progress(handle, host, lambda events: run_sweep(handle, host, events, seed, time_budget_s))
     console.print(format_leaderboard_table(handle.study, top))
     console.print(f"study [bold]{handle.name}[/] in {handle.dir}")
 
 
 def open_new_study(space_file: Path, space: Space, hosts: Path, host: str, name: str, results: Path,
-                    storage: str | None, budget: int, sampler: str | None,
-                    enqueue_seeds: bool = True, space_text: str | None = None) -> tuple[StudyHandle, Host]:
+                   storage: str | None, budget: int, sampler: str | None,
+                   enqueue_seeds: bool = True, space_text: str | None = None) -> tuple[StudyHandle, Host]:
     host_spec = load_host(hosts, host)
     connected = open_host(host, host_spec)  # before the study exists: an unreachable host leaves nothing
     try:

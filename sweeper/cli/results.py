@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 from pathlib import Path
 from typing import Optional
@@ -11,7 +13,7 @@ from rich.live import Live
 
 from sweeper.cli.common import RESULTS_OPT, STORAGE_OPT, console, user_errors
 from sweeper.errors import UserError
-from sweeper.results.show import format_show
+from sweeper.results.show import build_best_record, build_show_record, format_show
 from sweeper.results.table import format_leaderboard_table
 from sweeper.search.stored import parse_stored_space
 from sweeper.search.study import load_study
@@ -60,6 +62,7 @@ def report(
 def show(
     study: str = typer.Argument(...),
     watch: bool = typer.Option(False, "--watch", help="Refresh from storage until Ctrl-C."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object to stdout (for scripts)."),
     interval: float = typer.Option(2.0, "--interval", min=0.2, help="Seconds between refreshes."),
     storage: Optional[str] = STORAGE_OPT,
     results: Path = RESULTS_OPT,
@@ -67,6 +70,9 @@ def show(
     """Trials by state, the best so far, and what is running."""
     with user_errors():
         optuna_study = load_study(study, results, storage)
+        if as_json:
+            typer.echo(json.dumps(build_show_record(optuna_study), default=jsonable))
+            return
         if not watch:
             console.print(format_show(optuna_study))
             return
@@ -83,6 +89,8 @@ def show(
 def best(
     study: str = typer.Argument(...),
     script: bool = typer.Option(False, "--script", help="Print a ready-to-run launch script."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object to stdout: trial, params, value, "
+                                 "ci_low, ci_high, validated, tied_with."),
     trial_number: Optional[int] = typer.Option(None, "--trial", help="This feasible trial instead of the best (e.g. a member of the Pareto front)."),
     storage: Optional[str] = STORAGE_OPT,
     results: Path = RESULTS_OPT,
@@ -95,6 +103,11 @@ def best(
 
     with user_errors():
         optuna_study = load_study(study, results, storage)
+        if as_json:
+            if (record := build_best_record(optuna_study)) is None:
+                raise UserError(f"study {study!r} has no feasible trial yet")
+            typer.echo(json.dumps(record, default=jsonable))
+            return
         attrs = optuna_study.user_attrs
         space = parse_stored_space(attrs)
         host_spec = HostSpec.model_validate(attrs["host_spec"])
@@ -109,3 +122,10 @@ def best(
         else:
             trial = chosen or best_trial(optuna_study)
             console.print(f"trial {trial.number}: {', '.join(f'{v:.2f}' for v in trial.values)}  {trial.params}")
+
+
+def jsonable(value):
+    """JSON for what the records hold besides plain data (dataclasses such as the gap to target)."""
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

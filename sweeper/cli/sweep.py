@@ -10,7 +10,7 @@ from typing import List, Optional
 import typer
 
 from sweeper.cli.common import RESULTS_OPT, STORAGE_OPT, console, err, interrupts_as_keyboard, parse_duration, user_errors
-from sweeper.cli.progress import WorkerEvents, open_new_study, sweep_and_print
+from sweeper.cli.progress import LineEvents, open_new_study, sweep_and_print
 from sweeper.errors import UserError
 from sweeper.hosts import open_host
 from sweeper.results.table import format_leaderboard_table
@@ -130,7 +130,7 @@ def worker(
             for note in recover_shared(optuna_study, book, connected, host, space.launch.stop_grace_s):
                 console.print(f"[{prefix}] recovery: {note}", highlight=False, markup=False)
             with interrupts_as_keyboard():
-                ran = run_worker(handle, connected, book, new_holder_id(), gpu_set, options, WorkerEvents(prefix),
+                ran = run_worker(handle, connected, book, new_holder_id(), gpu_set, options, LineEvents(prefix),
                                  seed, parse_duration(time_budget) if time_budget else None,
                                  notify=lambda note: console.print(f"[{prefix}] recovery: {note}",
                                                                    highlight=False, markup=False))

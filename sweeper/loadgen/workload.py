@@ -109,7 +109,9 @@ def tokenizer_from_file(path: str) -> Any:
     dependency: `pip install tokenizers`)."""
     from pathlib import Path
 
-    from tokenizers import Tokenizer
+    from sweeper.errors import import_optional
+
+    Tokenizer = import_optional("tokenizers", "tokenizer", "a tokenizer file").Tokenizer
 
     file = Path(path)
     return Tokenizer.from_file(str(file / "tokenizer.json" if file.is_dir() else file))

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sweeper.errors import import_optional
+
 HEAD_DIM = 64
 # llama-2's vocabulary size: sweeper's load generator sends prompt token ids below 32000
 VOCAB = 32000
@@ -116,7 +118,7 @@ def build_tensors(shape: ModelShape, seed: int) -> dict[str, np.ndarray]:
 def write_random_gguf(path: Path, layers: int, width: int, seed: int = 0, dtype: str = "f16",
                       vocab: int = VOCAB, context: int = 4096) -> ModelShape:
     """Write the model to `path` (atomically) and return its shape."""
-    import gguf  # imported here: only this writer needs the package
+    gguf = import_optional("gguf", "models", "writing a GGUF model")  # only this writer needs it
 
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}")

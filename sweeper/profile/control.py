@@ -24,6 +24,7 @@ import json
 
 import requests
 
+from sweeper.loadgen.direct import post_direct
 from sweeper.errors import UserError
 
 # Relative to the server's working folder (its trial folder on the host), so the same value works
@@ -103,7 +104,7 @@ class ProfilerRequestFailed(UserError):
 def call_profiler(base_url: str, path: str, body: dict[str, Any] | None, timeout_s: float) -> str:
     """POST a profiler endpoint; its answer text, or a clear error with the server's words."""
     try:
-        answer = requests.post(base_url + path, json=body, timeout=timeout_s)
+        answer = post_direct(base_url + path, body, timeout_s)
     except requests.RequestException as exc:
         raise ProfilerRequestFailed(f"POST {path} failed: {type(exc).__name__}: {exc}") from None
     if answer.status_code != 200:

@@ -10,7 +10,7 @@ from pathlib import Path
 import optuna
 import pandas as pd
 
-from sweeper.errors import UserError
+from sweeper.errors import UserError, import_optional
 from sweeper.results.provenance import PROVENANCE_COLUMNS, build_provenance
 from sweeper.results.ranking import ranked_frame
 
@@ -88,6 +88,7 @@ def write_export(frame: pd.DataFrame, path: Path, fmt: str) -> Path:
     elif fmt == "json":
         frame.to_json(path, orient="records", indent=1)
     elif fmt == "parquet":
+        import_optional("pyarrow", "parquet", "a Parquet export")
         frame.to_parquet(path, index=False)
     else:
         raise UserError(f"unknown export format {fmt!r}")

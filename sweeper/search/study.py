@@ -85,6 +85,7 @@ def study_exists(storage: optuna.storages.BaseStorage, name: str) -> bool:
 class SweepEvents(Protocol):
     def trial_started(self, number: int, evaluation: int, budget: int, config: dict) -> None: ...
     def stage(self, number: int, stage: str) -> None: ...
+    def level(self, number: int, level: int, metrics: dict) -> None: ...
     def trial_finished(self, number: int, summary: str, best: float | None) -> None: ...
 
 
@@ -254,32 +255,12 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents,
         trial_dir = handle.dir / "trials" / str(trial.number)
         trial_dir.mkdir(parents=True, exist_ok=True)
         (trial_dir / "config.json").write_text(json.dumps(config, indent=2))
-
-        def on_stage(stage: str) -> None:
-            trial.set_user_attr("stage", stage)
-            events.stage(trial.number, stage)
-
-        def on_started(proc: ServerProcess) -> None:
-            trial.set_user_attr("process", proc.to_dict())
-            if gate is not None:
-                gate.server_started(trial, proc)
-
-        measured: dict[int, dict] = {}
-
-        def on_level(level: int, metrics: dict):
-            measured[level] = metrics
-            if space.is_pareto:  # Optuna has no intermediate values in multi-objective studies
-                return judge_level(space, level, metrics, None) or dominated_verdict(space, measured, _front_points(study))
-            value = metrics.get(space.objective.metric)
-            if value is not None and metrics.get("valid"):
-                trial.report(float(value), step=level)
-            return judge_level(space, level, metrics, _best_value(study))
-
+        watch = TrialWatch(handle, trial, events, gate)
         try:
             with gate.hold(trial, config) if gate is not None else nullcontext(handle.host_spec) as host_spec:
                 ctx = TrialContext(space=space, engine=engine, host=host, host_spec=host_spec,
                                    trial_dir=trial_dir, reference_samples=reference_samples(study),
-                                   on_stage=on_stage, on_started=on_started, on_level=on_level,
+                                   on_stage=watch.on_stage, on_started=watch.on_started, on_level=watch.on_level,
                                    known_servers=lambda: study_servers(study, handle.host_name),
                                    known_flags=known_flags)
                 outcome = run_trial(ctx, config)
@@ -290,22 +271,59 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents,
             trial.set_user_attr("infra_error", str(exc))
             enqueue_retry(study, trial.number, trial.params, trial.user_attrs)
             raise
-        for name, value in outcome_attrs(outcome).items():
-            trial.set_user_attr(name, value)
-        for name, value in constraint_values(outcome, space).items():
-            trial.set_constraint(name, value)
-        settle_reference(handle, trial, outcome.output_samples if passed_gate(outcome) else None)
-        values = objective_values(space, outcome)
-        (trial_dir / "outcome.json").write_text(json.dumps(
-            {"config": config, "value": values[0], "values": values, **outcome_attrs(outcome)},
-            indent=2, default=str))
-        trial.set_user_attr("stage", "done")
+        values = record_outcome(handle, trial, config, outcome, trial_dir)
         events.trial_finished(trial.number, _summary(outcome, values), _best_value(study))
         if outcome.failure and outcome.failure.kind == FailureKind.ABANDONED:
             raise optuna.TrialPruned(outcome.failure.message)  # a partial result, recorded as such
         return values if space.is_pareto else values[0]
 
     return objective
+
+
+class TrialWatch:
+    """What the study hears from a running trial: its stage and server (kept in the trial, so
+    `show` and `resume` see them) and each level's metrics (reported to the pruner, or judged
+    against the front in the Pareto mode)."""
+
+    def __init__(self, handle: StudyHandle, trial: optuna.Trial, events: SweepEvents, gate: TrialGate | None):
+        self.handle, self.trial, self.events, self.gate = handle, trial, events, gate
+        self.measured: dict[int, dict] = {}
+
+    def on_stage(self, stage: str) -> None:
+        self.trial.set_user_attr("stage", stage)
+        self.events.stage(self.trial.number, stage)
+
+    def on_started(self, proc: ServerProcess) -> None:
+        self.trial.set_user_attr("process", proc.to_dict())
+        if self.gate is not None:
+            self.gate.server_started(self.trial, proc)
+
+    def on_level(self, level: int, metrics: dict):
+        """None to go on, or the Failure that abandons the rest of the ladder."""
+        self.measured[level] = metrics
+        self.events.level(self.trial.number, level, metrics)
+        space, study = self.handle.space, self.handle.study
+        if space.is_pareto:  # Optuna has no intermediate values in multi-objective studies
+            return judge_level(space, level, metrics, None) or dominated_verdict(space, self.measured,
+                                                                                 _front_points(study))
+        value = metrics.get(space.objective.metric)
+        if value is not None and metrics.get("valid"):
+            self.trial.report(float(value), step=level)
+        return judge_level(space, level, metrics, _best_value(study))
+
+
+def record_outcome(handle: StudyHandle, trial: optuna.Trial, config: dict, outcome, trial_dir: Path) -> list[float]:
+    """The outcome into the study (attrs, constraints, the reference) and outcome.json; its values."""
+    for name, value in outcome_attrs(outcome).items():
+        trial.set_user_attr(name, value)
+    for name, value in constraint_values(outcome, handle.space).items():
+        trial.set_constraint(name, value)
+    settle_reference(handle, trial, outcome.output_samples if passed_gate(outcome) else None)
+    values = objective_values(handle.space, outcome)
+    (trial_dir / "outcome.json").write_text(json.dumps(
+        {"config": config, "value": values[0], "values": values, **outcome_attrs(outcome)}, indent=2, default=str))
+    trial.set_user_attr("stage", "done")
+    return values
 
 
 def _copy_duplicate(trial: optuna.Trial, duplicate: FrozenTrial) -> float | list[float]:

@@ -25,6 +25,7 @@ from typing import Any, Sequence
 
 import requests
 
+from sweeper.loadgen.direct import post_direct
 from sweeper.spec.space import OutputCheck
 from sweeper.errors import ConfigError
 from sweeper.trial.garbage import garbage_reasons
@@ -68,7 +69,7 @@ class GateError(Exception):
 
 def _post(url: str, body: dict, timeout_s: float) -> dict:
     try:
-        response = requests.post(url, json=body, timeout=timeout_s)
+        response = post_direct(url, body, timeout_s)
     except requests.Timeout:
         raise GateTimeout(f"no answer from {url} within {timeout_s:g} s") from None
     except requests.RequestException as exc:

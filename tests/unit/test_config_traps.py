@@ -89,3 +89,10 @@ def test_every_cross_check_problem_is_reported_at_once():
     text = SPACE + "constraints:\n  - nope > 1\n  - backend < 3\nreference: missing\n"
     lines = str(space_error(text)).splitlines()
     assert [line.split(": ")[1] for line in lines] == ["constraints[0]", "constraints[1]", "reference"]
+
+
+def test_a_missing_optional_package_names_the_extra_that_brings_it():
+    from sweeper.errors import UserError, import_optional
+
+    with pytest.raises(UserError, match=r"a Parquet export needs the 'no_such_pkg' package: pip install 'sweeper\[parquet\]'"):
+        import_optional("no_such_pkg", "parquet", "a Parquet export")
