@@ -48,7 +48,7 @@ FLAG_CHANGES: tuple[FlagChange, ...] = (
     FlagChange("sglang", "--attention-backend", "0.5.16", "added", value="dsv4"),
     FlagChange("sglang", "--moe-a2a-backend", "0.5.20", "added", value="deepep_v2"),
     # vLLM: boolean flags' negative form became --disable-X (seen first in 0.33.0; 0.24.0, run on
-    # the H200, has --no-enable-X: tests/fixtures/vllm/serve_help_all-0.24.0.txt; releases between
+    # the H200, has --no-enable-X: tests/fixtures/help/vllm-0.24.0.txt; releases between
     # not read), and MoE backends added after 0.24.0
     FlagChange("vllm", "--no-enable-chunked-prefill", "0.33.0", "removed", "--disable-chunked-prefill"),
     FlagChange("vllm", "--no-enable-prefix-caching", "0.33.0", "removed", "--disable-prefix-caching"),

@@ -11,7 +11,7 @@ folder traces are written to) and two HTTP endpoints while it serves.
   VLLM_TORCH_PROFILER_DIR", then /start_profile answers 404); the profiler is a launch flag,
   `--profiler-config '{"profiler": "torch", "torch_profiler_dir": DIR}'` (DIR made absolute against
   the server's working folder), the endpoints as before. Seen on the H200 with 0.24.0; listed in
-  both help fixtures (tests/fixtures/vllm/serve_help_all-0.24.0.txt, tests/fixtures/help/vllm-0.33.0.txt).
+  both help fixtures (tests/fixtures/help/vllm-0.24.0.txt, tests/fixtures/help/vllm-0.33.0.txt).
   Which one a host gets follows the installed version (PROFILERS_BY_VERSION).
 """
 

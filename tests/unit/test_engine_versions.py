@@ -20,7 +20,7 @@ def help_flags(name: str) -> dict:
     return parse_help_flags((HELP / f"{name}.txt").read_text())
 
 
-VLLM_HELP = {"0.24.0": Path(__file__).parents[1] / "fixtures" / "vllm" / "serve_help_all-0.24.0.txt",
+VLLM_HELP = {"0.24.0": HELP / "vllm-0.24.0.txt",
              "0.33.0": HELP / "vllm-0.33.0.txt"}
 
 

@@ -37,7 +37,7 @@ def test_each_engine_gets_its_profiler_or_a_clear_refusal():
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
-@pytest.mark.parametrize("version, help_file", [("0.24.0", "vllm/serve_help_all-0.24.0.txt"),
+@pytest.mark.parametrize("version, help_file", [("0.24.0", "help/vllm-0.24.0.txt"),
                                                 ("0.33.0", "help/vllm-0.33.0.txt")])
 def test_vllm_024_and_033_switch_the_profiler_on_with_the_flag_their_help_lists(version, help_file):
     """0.24.0 on the H200 logged 'Unknown vLLM environment variable detected:
