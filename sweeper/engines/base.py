@@ -71,6 +71,11 @@ class Engine(Protocol):
         """The command that prints the installed engine's version (the flag table's cache key)."""
         ...
 
+    def native_bench_argv(self, python: str, base_url: str, model: str, input_len: int, output_len: int,
+                          requests: int, concurrency: int, seed: int, result_file: str) -> list[str] | None:
+        """The engine's own benchmark for one level (workload.load: native), or None."""
+        ...
+
 
 class EngineAdapter:
     """The Engine protocol's common half: an adapter gives its `info`, `distribution` and
@@ -97,6 +102,12 @@ class EngineAdapter:
 
     def version_argv(self, python: str) -> list[str]:
         return package_version_argv(python, self.distribution)
+
+    def native_bench_argv(self, python: str, base_url: str, model: str, input_len: int, output_len: int,
+                          requests: int, concurrency: int, seed: int, result_file: str) -> list[str] | None:
+        """The engine's own benchmark for one closed-loop level, writing its JSON to result_file;
+        None where the engine has none (workload.load: native is then refused)."""
+        return None
 
 
 def build_env(space: Space, config: Mapping[str, Any], host: HostSpec) -> dict[str, str]:

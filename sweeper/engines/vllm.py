@@ -66,3 +66,17 @@ class VLLMEngine(EngineAdapter):
 
     def build_argv(self, space: Space, config: Mapping[str, Any], port: int, python: str) -> list[str]:
         return build_vllm_argv(self.module, space, config, port, python)
+
+    def native_bench_argv(self, python: str, base_url: str, model: str, input_len: int, output_len: int,
+                          requests: int, concurrency: int, seed: int, result_file: str) -> list[str]:
+        """`vllm bench serve` (0.24/0.33): random prompts of exactly input_len, ignore_eos, and
+        greedy (--temperature 0): since 0.24 it no longer sends temperature 0 by default, and the
+        server then samples, at another speed (bench/gpu/README.md, the side by side)."""
+        folder, _, name = result_file.rpartition("/")
+        return [python, "-m", self.module, "bench", "serve", "--backend", "vllm", "--base-url", base_url,
+                "--model", model, "--tokenizer", model, "--dataset-name", "random",
+                "--random-input-len", str(input_len), "--random-output-len", str(output_len),
+                "--random-range-ratio", "0", "--num-prompts", str(requests), "--max-concurrency", str(concurrency),
+                "--ignore-eos", "--temperature", "0", "--seed", str(seed),
+                "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,95,99",
+                "--save-result", "--save-detailed", "--result-dir", folder or ".", "--result-filename", name]

@@ -8,6 +8,7 @@ them together and always stops what it launched. A config-caused failure comes b
 from __future__ import annotations
 
 import json
+import posixpath
 import shlex
 import time
 import uuid
@@ -32,6 +33,7 @@ from sweeper.loadgen.client import (STALLED, LevelRun, LoadgenError, StreamOptio
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.loadgen.metrics import combine_repeats, summarize_level
 from sweeper.loadgen.onhost import LoadPlace, controller_runner, load_place
+from sweeper.loadgen.native import parse_vllm_result
 from sweeper.loadgen.vocab import DEFAULT_VOCAB_SIZE, model_vocab_size
 from sweeper.loadgen.workload import build_prompt_texts, build_prompt_token_ids
 from sweeper.redact import redact_env
@@ -157,6 +159,37 @@ class LogWatch:
         return "\n".join(self.text.splitlines()[-lines:])
 
 
+def native_level_runner(host: Host, engine: Engine, proc: ServerProcess, base_url: str, model: str,
+                        workload: Workload) -> Callable[[int], dict]:
+    """One level measured by the engine's own benchmark on the host: a warm-up run (discarded),
+    then the measured run, its JSON (written beside the server's log) read into a level record."""
+    folder = posixpath.dirname(proc.log_path)
+
+    def run(concurrency: int, requests: int, tag: str) -> dict:
+        result_file = posixpath.join(folder, f"native_c{concurrency}{tag}.json")
+        argv = engine.native_bench_argv(host.python(), base_url, model, workload.input_len, workload.output_len,
+                                        requests, concurrency, workload.seed + concurrency, result_file)
+        if argv is None:
+            return _native_invalid(concurrency, f"{engine.info.name} has no native benchmark (workload.load: native)")
+        done = host.run(argv, timeout_s=workload.request_timeout_s + 600)
+        text = host.run(["cat", result_file], timeout_s=60)
+        if done.returncode != 0 or text.returncode != 0:
+            return _native_invalid(concurrency, f"the engine's benchmark failed: {done.describe()[-300:]}")
+        return parse_vllm_result(text.stdout)
+
+    def level(concurrency: int) -> dict:
+        if workload.warmup_rounds:
+            run(concurrency, workload.warmup_rounds * concurrency, ".warmup")
+        record = run(concurrency, workload.requests_at(concurrency), "")
+        return {**record, "max_concurrent_requests": concurrency, "load_from": "native"}
+    return level
+
+
+def _native_invalid(concurrency: int, reason: str) -> dict:
+    return {"completed": 0, "failed": 0, "output_throughput": float("nan"), "max_concurrency": concurrency,
+            "valid": False, "invalid_reasons": [reason]}
+
+
 def stall_watch(host: Host, proc: ServerProcess, stall_lines: Sequence[str]) -> Callable[[], str | None]:
     """new_stall for run_ladder: the log read on from here (start-up lines skipped)."""
     if not stall_lines:
@@ -260,7 +293,8 @@ def run_ladder(base_url: str, model: str, workload: Workload, time_scale: float,
                dialect: RequestDialect = RequestDialect(), place: LoadPlace | None = None,
                stall_timeout_s: float | None = None,
                vocab_size: int | None = None,
-               new_stall: Callable[[], str | None] = lambda: None) -> tuple[dict[int, dict], Failure | None]:
+               new_stall: Callable[[], str | None] = lambda: None,
+               native_level: Callable[[int], dict] | None = None) -> tuple[dict[int, dict], Failure | None]:
     """Each level: a warmup (not measured), then `repeats` runs with exactly C requests in flight
     until their requests run out; the median repeat is kept, with the repeats' CV. `place` says
     where the client runs (loadgen/onhost.py); by default here, against base_url.
@@ -272,6 +306,14 @@ def run_ladder(base_url: str, model: str, workload: Workload, time_scale: float,
     during a measured run makes that level invalid."""
     place = place or LoadPlace("controller", controller_runner(base_url, model))
     levels: dict[int, dict] = {}
+    if native_level is not None:  # workload.load: native, the engine's own benchmark per level
+        for concurrency in workload.concurrency:
+            levels[concurrency] = metrics = native_level(concurrency)
+            if not still_alive():
+                return levels, Failure("load", "crash_under_load", f"server died at concurrency {concurrency}")
+            if verdict := on_level(concurrency, metrics):
+                return levels, verdict
+        return levels, None
     samples_dir = trial_dir / "samples"
     samples_dir.mkdir(parents=True, exist_ok=True)
     options = build_stream_options(workload, dialect, stall_timeout_s)
@@ -441,7 +483,9 @@ def _serve_and_measure(ctx: TrialContext, outcome: TrialOutcome, timer: Callable
             base_url, model, space.workload, ctx.engine.clock_scale(space), ctx.trial_dir,
             ctx.on_level, lambda: ctx.host.is_alive(proc), info.dialect, place,
             stall_timeout_s=space.launch.stall_timeout_s, vocab_size=served_vocab_size(ctx.host, space.model),
-            new_stall=stall_watch(ctx.host, proc, info.stall_lines))
+            new_stall=stall_watch(ctx.host, proc, info.stall_lines),
+            native_level=native_level_runner(ctx.host, ctx.engine, proc, base_url, model, space.workload)
+            if space.workload.load == "native" else None)
     for goal_level in sorted({goal.level for goal in space.goals}):  # one level, or the Pareto pair's
         measured = outcome.levels.get(goal_level)
         if outcome.failure is None and measured is not None and not measured.get("valid"):
