@@ -1,7 +1,6 @@
 """Config traps that used to pass silently or fail mid-sweep: each is refused (or read as meant)
 when the file is loaded, with every problem of the file on its own line."""
 
-from pathlib import Path
 
 import pytest
 
