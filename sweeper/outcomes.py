@@ -34,6 +34,7 @@ class FailureKind(StrEnum):
     NOT_ENOUGH_MEMORY = "not_enough_memory"
     KV_CACHE_TOO_SMALL = "kv_cache_too_small"
     GPUS_NOT_CLEAN = "gpus_not_clean"
+    MEMORY_UTILIZATION_TOO_HIGH = "memory_utilization_too_high"  # more than the GPU has free
     OOM = "oom"
     CUDA_ERROR = "cuda_error"
     CUDA_GRAPH_CAPTURE = "cuda_graph_capture"

@@ -79,6 +79,9 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=16_384)
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pad-to", type=int, default=0,
+                        help="add special placeholder tokens until the vocabulary has this many (0: none); "
+                             "they decode to empty text, as padded vocabularies' unused ids do")
     args = parser.parse_args()
 
     import torch
@@ -87,6 +90,9 @@ def main() -> None:
     started = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(args.out, args.vocab, args.seed)
+    if args.pad_to > len(tokenizer):
+        tokenizer.add_tokens([f"<|unused_{i}|>" for i in range(args.pad_to - len(tokenizer))], special_tokens=True)
+        tokenizer.save_pretrained(str(args.out))
     config = build_config(args, len(tokenizer), tokenizer.pad_token_id)
     torch.manual_seed(args.seed)
     with torch.device("cuda" if torch.cuda.is_available() else "cpu"):  # random init is faster there

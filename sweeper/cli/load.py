@@ -41,6 +41,7 @@ def load(
     """Measure a running server with sweeper's client and metrics; launches nothing."""
     from sweeper.loadgen.client import StreamOptions
     from sweeper.loadgen.ladder import LoadPlan, parse_api, parse_levels, run_load, write_load_records
+    from sweeper.loadgen.vocab import local_vocab_size
     from sweeper.loadgen.workload import tokenizer_from_file
 
     with user_errors():
@@ -52,6 +53,7 @@ def load(
             request_rate=request_rate or None, poisson=not fixed_rate,
             slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, time_scale=time_scale,
             tokenizer=tokenizer_from_file(str(tokenizer)) if tokenizer else None,
+            vocab_size=local_vocab_size(model),
             options=StreamOptions(api=api_name, timeout_s=timeout, stall_timeout_s=stall_timeout,
                                   min_tokens=min_tokens, continuous_usage=continuous_usage),
         )

@@ -42,6 +42,9 @@ class EngineInfo:
     readiness: Readiness
     signatures: Sequence[Signature] = field(default_factory=tuple)
     dialect: RequestDialect = RequestDialect()  # what its HTTP API accepts and how it streams
+    # log lines meaning requests waited on a one-time compile: a measured run that logs one did
+    # not measure the steady state, so its level is invalid (never ranked)
+    stall_lines: Sequence[str] = field(default_factory=tuple)
 
 
 class Engine(Protocol):
@@ -66,6 +69,11 @@ class Engine(Protocol):
 
     def version_argv(self, python: str) -> list[str]:
         """The command that prints the installed engine's version (the flag table's cache key)."""
+        ...
+
+    def native_bench_argv(self, python: str, base_url: str, model: str, input_len: int, output_len: int,
+                          requests: int, concurrency: int, seed: int, result_file: str) -> list[str] | None:
+        """The engine's own benchmark for one level (workload.load: native), or None."""
         ...
 
 
@@ -95,6 +103,12 @@ class EngineAdapter:
     def version_argv(self, python: str) -> list[str]:
         return package_version_argv(python, self.distribution)
 
+    def native_bench_argv(self, python: str, base_url: str, model: str, input_len: int, output_len: int,
+                          requests: int, concurrency: int, seed: int, result_file: str) -> list[str] | None:
+        """The engine's own benchmark for one closed-loop level, writing its JSON to result_file;
+        None where the engine has none (workload.load: native is then refused)."""
+        return None
+
 
 def build_env(space: Space, config: Mapping[str, Any], host: HostSpec) -> dict[str, str]:
     """Host env, then the space's fixed env, then parameters: the most specific wins."""
@@ -112,6 +126,13 @@ def classify_log(text: str, signatures: Sequence[Signature]) -> Signature | None
         if signature.substring in text:
             return signature
     return None
+
+
+def first_stall_line(text: str, stall_lines: Sequence[str]) -> str | None:
+    """The first log line of `text` holding one of the engine's stall lines, or None."""
+    if not stall_lines or not text:
+        return None
+    return next((line.strip() for line in text.splitlines() if any(s in line for s in stall_lines)), None)
 
 
 def flag_args(flag: str, value: Any) -> list[str]:

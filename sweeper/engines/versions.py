@@ -1,6 +1,6 @@
 """How engine flags changed between releases, as data, so a refused flag names its replacement and
 the version it changed in. Checked against the `--help` of each release in tests/fixtures/help/
-(SGLang 0.5.9, 0.5.16, 0.5.20, 0.5.23; vLLM 0.33.0): tests/unit/test_engine_versions.py proves
+(SGLang 0.5.9, 0.5.16, 0.5.20, 0.5.23; vLLM 0.24.0 and 0.33.0): tests/unit/test_engine_versions.py proves
 every row against those texts. The installed engine's own `--help` stays the authority before a
 launch; this table only explains what it refuses, and warns about deprecated flags it still takes.
 """
@@ -47,6 +47,14 @@ FLAG_CHANGES: tuple[FlagChange, ...] = (
     FlagChange("sglang", "--moe-runner-backend", "0.5.16", "added", value="flashinfer_trtllm_routed"),
     FlagChange("sglang", "--attention-backend", "0.5.16", "added", value="dsv4"),
     FlagChange("sglang", "--moe-a2a-backend", "0.5.20", "added", value="deepep_v2"),
+    # vLLM: boolean flags' negative form became --disable-X (seen first in 0.33.0; 0.24.0, run on
+    # the H200, has --no-enable-X: tests/fixtures/help/vllm-0.24.0.txt; releases between
+    # not read), and MoE backends added after 0.24.0
+    FlagChange("vllm", "--no-enable-chunked-prefill", "0.33.0", "removed", "--disable-chunked-prefill"),
+    FlagChange("vllm", "--no-enable-prefix-caching", "0.33.0", "removed", "--disable-prefix-caching"),
+    FlagChange("vllm", "--disable-chunked-prefill", "0.33.0", "added"),
+    FlagChange("vllm", "--disable-prefix-caching", "0.33.0", "added"),
+    FlagChange("vllm", "--moe-backend", "0.33.0", "added", value="batched_triton"),
     # llama.cpp's llama-server (version of the vendored llama.cpp unknown: see llamacpp.py)
     FlagChange("llamacpp", "--mlock", "?", "removed", "-lm/--load-mode mlock"),
 )

@@ -1,4 +1,4 @@
-"""vLLM (0.33): `vllm serve MODEL` with flags and environment from a config.
+"""vLLM (0.24 and 0.33): `vllm serve MODEL` with flags and environment from a config.
 
 Started as `python -m vllm.entrypoints.cli.main serve MODEL ...` (what the `vllm` console script
 runs), so the host's interpreter picks the installation, as with SGLang. Its `--help` lists only
@@ -11,13 +11,16 @@ from typing import Any, Mapping
 from sweeper.spec.space import Space
 from sweeper.engines.base import EngineAdapter, EngineInfo, Readiness, Signature, space_flag_args
 
-# Exact substrings from vLLM 0.33's sources and logs (engines.md; vllm/v1/core/kv_cache_planning.py,
-# vllm/v1/worker/utils.py, vllm/v1/engine/utils.py); most specific first: the engine core's own
-# error comes before the generic "Engine core initialization failed" the front end logs after it.
+# Exact substrings from vLLM's sources and logs (engines.md; 0.33: vllm/v1/core/kv_cache_planning.py,
+# vllm/v1/worker/utils.py, vllm/v1/engine/utils.py; 0.24.0 as run on the H200:
+# tests/fixtures/vllm/fail_*.log); most specific first: the engine core's own error comes before the
+# generic "Engine core initialization failed" the front end logs after it.
 VLLM_SIGNATURES = (
     Signature("No available memory for the cache blocks", "not_enough_memory"),
     Signature("To serve at least one request with the model's max seq len", "kv_cache_too_small"),
-    Signature("is less than desired GPU memory utilization", "gpus_not_clean"),
+    # "Free memory on device (x/y GiB) on startup is less than desired GPU memory utilization (u, z
+    # GiB)": the GPU gate saw the GPU clean before launch, so the utilization asks for too much
+    Signature("is less than desired GPU memory utilization", "memory_utilization_too_high"),
     Signature("CUDA out of memory", "oom"),
     Signature("Watchdog caught collective operation timeout", "nccl"),
     Signature("NCCL error", "nccl"),
@@ -25,6 +28,14 @@ VLLM_SIGNATURES = (
     Signature("address already in use", "port_busy"),  # uvicorn: [Errno 98] error while attempting to bind
     Signature("is not supported on this device", "unsupported"),
     Signature("is not supported on the current device", "unsupported"),
+    # 0.24: "ValueError: moe_backend='triton_unfused' is not supported for unquantized MoE": a
+    # listed choice, refused after the weights load (~40 s in)
+    Signature("is not supported for", "unsupported"),
+    # flag values the flag check cannot judge: pydantic's refusal of a config field ("1 validation
+    # error for CacheConfig ... Input should be less than or equal to 1"), argparse's of a value
+    Signature("validation error for", "invalid_argument"),
+    Signature("smaller than max_model_len", "invalid_argument"),  # batched tokens without chunked prefill
+    Signature(": error: argument", "invalid_argument"),  # "vllm serve: error: argument --x: invalid int value"
     Signature("Engine core initialization failed", "child_crash"),
 )
 
@@ -33,6 +44,9 @@ VLLM_INFO = EngineInfo(
     # connection refused until the API server starts; then /health 200 (503 once the engine is dead)
     readiness=Readiness(health_path="/health", ready_line="Application startup complete."),
     signatures=VLLM_SIGNATURES,
+    # 0.24's JIT monitor, once per kernel after its warm-up: "Triton kernel JIT compilation during
+    # inference: fused_moe_kernel. This causes a latency spike; ..." (a ~0.5 s stall on the H200)
+    stall_lines=("JIT compilation during inference",),
 )
 
 
@@ -52,3 +66,17 @@ class VLLMEngine(EngineAdapter):
 
     def build_argv(self, space: Space, config: Mapping[str, Any], port: int, python: str) -> list[str]:
         return build_vllm_argv(self.module, space, config, port, python)
+
+    def native_bench_argv(self, python: str, base_url: str, model: str, input_len: int, output_len: int,
+                          requests: int, concurrency: int, seed: int, result_file: str) -> list[str]:
+        """`vllm bench serve` (0.24/0.33): random prompts of exactly input_len, ignore_eos, and
+        greedy (--temperature 0): since 0.24 it no longer sends temperature 0 by default, and the
+        server then samples, at another speed (bench/gpu/README.md, the side by side)."""
+        folder, _, name = result_file.rpartition("/")
+        return [python, "-m", self.module, "bench", "serve", "--backend", "vllm", "--base-url", base_url,
+                "--model", model, "--tokenizer", model, "--dataset-name", "random",
+                "--random-input-len", str(input_len), "--random-output-len", str(output_len),
+                "--random-range-ratio", "0", "--num-prompts", str(requests), "--max-concurrency", str(concurrency),
+                "--ignore-eos", "--temperature", "0", "--seed", str(seed),
+                "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,95,99",
+                "--save-result", "--save-detailed", "--result-dir", folder or ".", "--result-filename", name]

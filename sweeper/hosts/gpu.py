@@ -14,6 +14,9 @@ from typing import Iterable
 
 GPU_QUERY = ("nvidia-smi", "--query-gpu=index,uuid,memory.used,memory.total",
              "--format=csv,noheader,nounits")
+# What the GPUs are, for the study's provenance (the same columns bench/gpu/vllm/run.sh captures)
+MODEL_QUERY = ("nvidia-smi", "--query-gpu=index,uuid,name,driver_version,memory.used,memory.total",
+               "--format=csv,noheader,nounits")
 APPS_QUERY = ("nvidia-smi", "--query-compute-apps=gpu_uuid,pid,used_memory",
               "--format=csv,noheader,nounits")
 
@@ -79,6 +82,22 @@ def parse_gpu_memory(text: str) -> tuple[GpuMemory, ...]:
                      for i, uuid, used, total in _rows(text, 4, "gpu"))
     except ValueError as exc:
         raise GpuParseError(str(exc)) from None
+
+
+def format_gpu_model(text: str) -> str:
+    """'1 x NVIDIA H200 (143,771 MiB), driver 580.159.04' from MODEL_QUERY's rows ('' when none)."""
+    try:
+        rows = _rows(text, 6, "gpu")
+    except ValueError as exc:
+        raise GpuParseError(str(exc)) from None
+    if not rows:
+        return ""
+    kinds: dict[str, int] = {}
+    for _, _, name, _, _, total in rows:
+        label = f"{name} ({_mib(total):,} MiB)"
+        kinds[label] = kinds.get(label, 0) + 1
+    drivers = sorted({row[3] for row in rows})
+    return ", ".join(f"{n} x {label}" for label, n in kinds.items()) + f", driver {'/'.join(drivers)}"
 
 
 def parse_compute_apps(text: str) -> tuple[GpuApp, ...]:

@@ -15,6 +15,7 @@ from sweeper.errors import UserError
 from sweeper.loadgen.client import LevelRun, StreamOptions, get, run_closed_loop, run_measured, run_open_loop
 from sweeper.loadgen.endpoints import APIS, Api
 from sweeper.loadgen.metrics import MAX_CLIENT_LAG_P99_MS, combine_repeats, summarize_level
+from sweeper.loadgen.vocab import DEFAULT_VOCAB_SIZE
 from sweeper.loadgen.workload import arrival_offsets_s, build_prompt_texts, build_prompt_token_ids
 from sweeper.outcomes import LevelMetrics
 from sweeper.spec.space import Workload
@@ -50,19 +51,20 @@ class LoadPlan:
     max_client_lag_ms: float = MAX_CLIENT_LAG_P99_MS
     time_scale: float = 1.0
     tokenizer: Any | None = None  # text prompts of exact length (workload.tokenizer_from_file)
+    vocab_size: int | None = None  # token-id prompts stay below it (loadgen/vocab.py); None: 32000
     text_prompts: bool = False  # text even for completions (a server that takes no token ids)
     options: StreamOptions = field(default_factory=StreamOptions)
 
     @classmethod
     def from_workload(cls, workload: Workload, options: StreamOptions, time_scale: float = 1.0,
-                      text_prompts: bool = False) -> "LoadPlan":
+                      text_prompts: bool = False, vocab_size: int | None = None) -> "LoadPlan":
         """A space's workload as a plan, sent with `options`."""
         return cls(concurrency=tuple(workload.concurrency), input_len=workload.input_len,
                    output_len=workload.output_len, requests_per_level=workload.requests_per_level,
                    min_rounds=workload.min_rounds, warmup_rounds=workload.warmup_rounds,
                    repeats=workload.repeats, seed=workload.seed, slo_ttft_ms=workload.slo_ttft_ms,
                    slo_tpot_ms=workload.slo_tpot_ms, max_client_lag_ms=workload.max_client_lag_ms,
-                   time_scale=time_scale, text_prompts=text_prompts, options=options)
+                   time_scale=time_scale, text_prompts=text_prompts, vocab_size=vocab_size, options=options)
 
     def requests_at(self, concurrency: int) -> int:
         return max(self.requests_per_level, self.min_rounds * concurrency)
@@ -85,6 +87,11 @@ class LadderHooks:
 
     def run_done(self, concurrency: int, repeat: int, run: LevelRun) -> Stop | None:
         return None
+
+    def run_notes(self, concurrency: int) -> list[str]:
+        """Reasons the run just summarised cannot be trusted that only the caller sees (a compile
+        stall in the server's log): each makes that run invalid."""
+        return []
 
     def level_fields(self, concurrency: int) -> dict[str, Any]:
         """Keys added to each level's metrics."""
@@ -113,7 +120,10 @@ def run_ladder(plan: LoadPlan, send: Send, hooks: LadderHooks = LadderHooks()
             stop = hooks.run_done(concurrency, repeat, run)
             if stop and not stop.keep_level:
                 return levels, stop.verdict
-            summaries.append(summarize_run(plan, concurrency, run))
+            summary = summarize_run(plan, concurrency, run)
+            if notes := hooks.run_notes(concurrency):
+                summary["invalid_reasons"], summary["valid"] = [*summary["invalid_reasons"], *notes], False
+            summaries.append(summary)
             if stop:
                 break
         metrics = combine_repeats(summaries)
@@ -166,7 +176,7 @@ def build_prompts(plan: LoadPlan, n: int, seed: int) -> list[list[int]] | list[s
     that takes only text, or with a tokenizer (exact length then too)."""
     if plan.options.api == "chat" or plan.text_prompts or plan.tokenizer is not None:
         return build_prompt_texts(n, plan.input_len, seed, tokenizer=plan.tokenizer)
-    return build_prompt_token_ids(n, plan.input_len, seed)
+    return build_prompt_token_ids(n, plan.input_len, seed, plan.vocab_size or DEFAULT_VOCAB_SIZE)
 
 
 def closed_or_open_loop(base_url: str, model: str, plan: LoadPlan) -> Send:

@@ -37,6 +37,11 @@ MIN_CONCURRENCY_FRACTION = 0.95
 # tok/s and median ITL held their bounds (to ~19,000 tok/s), and passed 5 ms where TTFT ran 10+ ms
 # late (~29,000 tok/s and beyond).
 UNSTABLE_CV = 0.05
+# A measured run whose first round waited this many times longer for its first token than the
+# rounds after it (and at least STALL_MIN_S longer) met a one-time stall: a compile or first
+# allocation the warm-up did not reach (vLLM 0.24 on the H200: 760 ms against 72-118 ms at C=64)
+STALL_FACTOR = 3.0
+STALL_MIN_S = 0.25
 COARSE_TOKENS_PER_CHUNK = 1.5
 
 
@@ -140,12 +145,27 @@ def invalid_reasons(
             f"achieved concurrency {achieved:.2f} below {MIN_CONCURRENCY_FRACTION:.0%} "
             f"of target {concurrency}"
         )
+    if concurrency is not None and (stall := first_round_stall(completed, concurrency)):
+        reasons.append(stall)
     if lag is not None and lag.p99_ms > max_client_lag_ms:
         reasons.append(
             f"client lagged: event-loop p99 lag {lag.p99_ms:.1f} ms above "
             f"{max_client_lag_ms:g} ms (max {lag.max_ms:.1f} ms)"
         )
     return reasons
+
+
+def first_round_stall(completed: Sequence[RequestSample], concurrency: int) -> str | None:
+    """Why the first round's TTFT shows a one-time stall, or None (needs a round after it)."""
+    ordered = sorted((s for s in completed if math.isfinite(s.ttft)), key=lambda s: s.start)
+    if len(ordered) < 2 * concurrency:
+        return None
+    first = float(np.median([s.ttft for s in ordered[:concurrency]]))
+    rest = float(np.median([s.ttft for s in ordered[concurrency:]]))
+    if first > STALL_FACTOR * rest and first - rest > STALL_MIN_S:
+        return (f"the first round waited {first * 1000:.0f} ms for its first token against {rest * 1000:.0f} ms "
+                "after it: a one-time stall (a compile, a first allocation) inside the measured run")
+    return None
 
 
 def _expected_output_len(sample: RequestSample, requested_output_len: int | None) -> int:

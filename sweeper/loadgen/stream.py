@@ -31,6 +31,10 @@ class StreamTally:
     tokens_estimated: bool = False
     done_at: float | None = None  # when [DONE] arrived (the body's end is read after it)
     _held_tokens: int = 0  # tokens of empty-text chunks not yet attributed
+    # (arrival, tokens) of those empty-text chunks whose count was exact (per-chunk usage or
+    # token_ids): tokens that decode to no text (special tokens, a split UTF-8 character) still
+    # arrived then, so any left when the stream ends count there (vllm-h200: 52 of 64 tokens)
+    _held_events: list = field(default_factory=list)
     _cumulative: int = 0  # last per-chunk cumulative completion_tokens seen
     _text_length: int = 0  # /generate: length of the cumulative text so far
 
@@ -91,7 +95,10 @@ class StreamTally:
             # SGLang emits empty-text chunks while the detokenizer holds back an incomplete
             # character; those tokens arrive with the next non-empty chunk.
             self._held_tokens += tokens
+            if tokens and (isinstance(usage.get("completion_tokens"), int) or isinstance(choice.get("token_ids"), list)):
+                self._held_events.append((now, tokens))
             return
+        self._held_events.clear()
         if self.coalesced and self.chunk_times and self.chunk_times[-1] == now:
             self.chunk_tokens[-1] += max(tokens + self._held_tokens, 1)  # same read: same instant
         else:
@@ -103,6 +110,7 @@ class StreamTally:
         """For a coalescing server: tokens the usage counts beyond the events seen (held back by
         its detokenizer, or several per event) are spread evenly over the chunks, so ITL spreads a
         chunk's gap over its tokens. Fewer usage tokens than events stays a mismatch."""
+        self._flush_held_events()
         counted = sum(self.chunk_tokens)
         if not (self.coalesced and self.chunk_tokens and self.completion_tokens is not None):
             return
@@ -113,6 +121,17 @@ class StreamTally:
         base, extra = divmod(surplus, n)
         self.chunk_tokens = [t + base + (1 if i >= n - extra else 0) for i, t in enumerate(self.chunk_tokens)]
         self.tokens_estimated = True
+
+    def _flush_held_events(self) -> None:
+        """Empty-text chunks after the last text, each counted (exactly, from its usage delta) at
+        its own arrival, as vllm bench serve counts every chunk. Tokens held without an exact
+        count stay uncounted: a usage total they would explain is still a mismatch."""
+        if self._held_events and sum(t for _, t in self._held_events) == self._held_tokens:
+            for at, tokens in self._held_events:
+                self.chunk_times.append(at)
+                self.chunk_tokens.append(tokens)
+            self._held_tokens = 0
+        self._held_events.clear()
 
     def _tokens_in_event(self, choice: dict, usage: dict) -> int:
         # Per-chunk usage (continuous_usage_stats) or token_ids say exactly how many tokens a

@@ -94,6 +94,7 @@ def profile_study_trial(study: optuna.Study, results: Path, hosts_path: Path, nu
             space=space, engine=get_engine(space.engine), host=host, host_spec=host_spec,
             profile_dir=trial_dir / "profile", reference_samples=reference_samples(study), known_servers=known,
             known_flags=installed_flags(study, space, host), on_started=started,
+            engine_version=str(study.user_attrs.get("engine_version") or ""),
             on_stopped=lambda proc: study.set_user_attr(PROFILE_SERVER_ATTR, None), on_step=on_step)
         started_at = time.time()
         run = profile_config(ctx, config, ProfileRequest(concurrency=level, seconds=seconds))

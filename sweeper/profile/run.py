@@ -22,7 +22,7 @@ from sweeper.hosts.base import Host, ServerProcess, StopReport
 from sweeper.loadgen.client import run_level
 from sweeper.loadgen.ladder import LoadPlan, build_prompts
 from sweeper.profile.control import (
-    TRACE_SUBDIR, ProfilerControl, build_profiler_env, call_profiler, profiler_for,
+    TRACE_SUBDIR, ProfilerControl, build_profiler_argv, build_profiler_env, call_profiler, profiler_for,
 )
 from sweeper.profile.fetch import fetch_traces, wait_for_traces
 from sweeper.profile.trace import (
@@ -32,7 +32,7 @@ from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import Space
 from sweeper.trial.context import Failure, TrialContext, TrialOutcome
 from sweeper.trial.gate import OutputSample
-from sweeper.trial.ladder import build_level_plan, hang_of
+from sweeper.trial.ladder import build_level_plan, hang_of, served_vocab_size
 from sweeper.trial.launch import LaunchedServer, launched_server
 from sweeper.trial.pipeline import check_server_output
 
@@ -59,6 +59,7 @@ class ProfileContext:
     reference_samples: Sequence[OutputSample] | None = None  # the study's reference (correctness gate)
     known_servers: Callable[[], list[ServerProcess]] = lambda: []
     known_flags: Mapping[str, list[str] | None] | None = None
+    engine_version: str = ""  # the installed engine's version (how its profiler is switched on)
     on_started: Callable[[ServerProcess], None] = lambda proc: None
     on_stopped: Callable[[ServerProcess], None] = lambda proc: None
     on_step: Callable[[str], None] = lambda message: None
@@ -112,12 +113,13 @@ def _run_closed(server: LaunchedServer, plan: LoadPlan, prompts: list, concurren
 
 
 def profile_config(ctx: ProfileContext, config: Mapping[str, Any], request: ProfileRequest) -> ProfileRun:
-    control = profiler_for(ctx.space.engine)
+    control = profiler_for(ctx.space.engine, ctx.engine_version)
     if ctx.profile_dir.exists():
         shutil.rmtree(ctx.profile_dir)  # a previous profile of this trial: ours to replace
     outcome, trial_ctx = TrialOutcome(config=dict(config)), _trial_context(ctx)
     stop_warnings: list[str] = []
     with launched_server(trial_ctx, config, outcome, extra_env=build_profiler_env(control),
+                         extra_argv=build_profiler_argv(control),
                          on_stopped=partial(_stopped, ctx, stop_warnings)) as server:
         if server is None:
             raise _not_profiled(ctx, outcome.failure)  # after the stop, as the block ends
@@ -173,7 +175,8 @@ def _profile_under_load(ctx: ProfileContext, trial_ctx: TrialContext, server: La
     _, failure = check_server_output(trial_ctx, server)
     if failure is not None:
         warnings.append(f"output check failed ({failure.kind}): {failure.message}")
-    plan = build_level_plan(ctx.space.workload, server.dialect, stall_timeout_s=server.stall_timeout_s)
+    plan = build_level_plan(ctx.space.workload, server.dialect, stall_timeout_s=server.stall_timeout_s,
+                            vocab_size=served_vocab_size(ctx.host, ctx.space.model))
     c = request.concurrency
     round_s = _warm_up(ctx, server, plan, c, max(request.warmup_rounds, 1))
     folder = trace_folder(host, proc)

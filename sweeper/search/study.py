@@ -23,6 +23,7 @@ from sweeper.engines import installed
 from sweeper.engines.versions import deprecation_warnings
 from sweeper.errors import InfraError, UserError
 from sweeper.hosts import Host, ServerProcess
+from sweeper.hosts.gpu import MODEL_QUERY, GpuParseError, format_gpu_model
 from sweeper.trial.gate import OutputSample
 from sweeper.hosts.procfs import process_alive, read_stat
 from sweeper.search.pareto import dominated_verdict
@@ -389,6 +390,15 @@ def run_sweep(handle: StudyHandle, host: Host, events: SweepEvents, sampler_seed
                    catch=(InfraError,), gc_after_trial=False)
 
 
+def probe_gpu_model(host: Host) -> str:
+    """The host's GPUs and driver as nvidia-smi names them; '' where it has none (a CPU host)."""
+    try:
+        result = host.run(MODEL_QUERY, timeout_s=60)
+        return format_gpu_model(result.stdout) if result.returncode == 0 else ""
+    except (OSError, GpuParseError):
+        return ""
+
+
 def installed_flags(study: optuna.Study, space: Space, host: Host) -> dict[str, list[str] | None]:
     """The installed engine's flags from its --help, read once per engine version and kept in the
     study; the space's fixed flags are checked at once (every trial would fail on them)."""
@@ -405,6 +415,8 @@ def installed_flags(study: optuna.Study, space: Space, host: Host) -> dict[str, 
         raise UserError(f"the space's fixed flags do not fit {key}: {'; '.join(problems)}")
     study.set_user_attr("engine_flags", {"key": key, "flags": flags})
     study.set_user_attr("engine_version", version_text)
+    if space.engine != "sim" and not study.user_attrs.get("gpu_model"):
+        study.set_user_attr("gpu_model", probe_gpu_model(host))
     # deprecations are dated by the engine's own releases (the simulator's version is sweeper's)
     space_flags = list(fixed) + [p.flag for p in (*space.parameters.values(), *space.derived.values()) if p.flag]
     if engine.flag_family == space.engine and (

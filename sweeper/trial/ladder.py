@@ -10,13 +10,17 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from sweeper.engines.base import first_stall_line
+from sweeper.hosts.base import Host, ServerProcess
 from sweeper.loadgen.client import STALLED, LevelRun, StreamOptions, fit_to_dialect, is_stalled
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.loadgen.ladder import LadderHooks, LoadPlan, Stop, build_prompts, run_ladder
 from sweeper.loadgen.onhost import LoadPlace
+from sweeper.loadgen.vocab import model_vocab_size
 from sweeper.outcomes import LevelMetrics
 from sweeper.spec.space import Workload
 from sweeper.trial.context import Failure
+from sweeper.trial.launch import LogWatch
 
 
 def build_stream_options(workload: Workload, dialect: RequestDialect,
@@ -29,39 +33,83 @@ def build_stream_options(workload: Workload, dialect: RequestDialect,
 
 
 def build_level_plan(workload: Workload, dialect: RequestDialect, time_scale: float = 1.0,
-                     stall_timeout_s: float | None = None) -> LoadPlan:
-    """The workload as the level loop's plan, in the server's dialect."""
+                     stall_timeout_s: float | None = None, vocab_size: int | None = None) -> LoadPlan:
+    """The workload as the level loop's plan, in the server's dialect (token ids below the served
+    model's vocabulary size)."""
     return LoadPlan.from_workload(workload, build_stream_options(workload, dialect, stall_timeout_s),
-                                  time_scale, text_prompts=dialect.text_prompts)
+                                  time_scale, text_prompts=dialect.text_prompts, vocab_size=vocab_size)
 
 
-def build_level_prompts(n: int, input_len: int, seed: int, dialect: RequestDialect) -> list[list[int]] | list[str]:
-    """Token ids where the server takes them (exact input length), else text of about input_len tokens."""
-    plan = LoadPlan(input_len=input_len, text_prompts=dialect.text_prompts,
+def build_level_prompts(n: int, input_len: int, seed: int, dialect: RequestDialect,
+                        vocab_size: int | None = None) -> list[list[int]] | list[str]:
+    """Token ids where the server takes them (exact input length, below the served model's
+    vocabulary size), else text of about input_len tokens."""
+    plan = LoadPlan(input_len=input_len, text_prompts=dialect.text_prompts, vocab_size=vocab_size,
                     options=StreamOptions(api=dialect.api))
     return build_prompts(plan, n, seed)
 
 
+def served_vocab_size(host: Host, model: str) -> int | None:
+    """The model folder's vocabulary size as the host sees it (config.json, tokenizer.json), or
+    None where `model` is no folder there (a hub name: the load keeps its default ids)."""
+    def read(path: str) -> str | None:
+        result = host.run(["cat", path], timeout_s=60)
+        return result.stdout if result.returncode == 0 else None
+    return model_vocab_size(read, model)
+
+
+def stall_watch(host: Host, proc: ServerProcess, stall_lines: Sequence[str]) -> Callable[[], str | None]:
+    """The first stall line (EngineInfo.stall_lines: a JIT compile) the server logged since the
+    last call; the log is read on from here (start-up lines skipped)."""
+    if not stall_lines:
+        return lambda: None
+    watch = LogWatch(host, proc)
+    watch.poll()
+    return lambda: first_stall_line(watch.poll(), stall_lines)
+
+
 def measure_levels(plan: LoadPlan, place: LoadPlace, trial_dir: Path,
-                   on_level: Callable[[int, dict], Failure | None],
-                   still_alive: Callable[[], bool]) -> tuple[dict[int, LevelMetrics], Failure | None]:
+                   on_level: Callable[[int, dict], Failure | None], still_alive: Callable[[], bool],
+                   new_stall: Callable[[], str | None] = lambda: None,
+                   ) -> tuple[dict[int, LevelMetrics], Failure | None]:
     """The trial's ladder: (levels measured, the failure that ended it early or None)."""
     def send(prompts: list, concurrency: int) -> LevelRun:
         return place.run(prompts, plan.output_len, concurrency, plan.options)
 
-    return run_ladder(plan, send, TrialLadderHooks(trial_dir, place.where, on_level, still_alive))
+    return run_ladder(plan, send, TrialLadderHooks(trial_dir, place.where, on_level, still_alive, new_stall))
+
+
+def measure_native_levels(concurrency: Sequence[int], native_level: Callable[[int], dict],
+                          on_level: Callable[[int, dict], Failure | None], still_alive: Callable[[], bool],
+                          ) -> tuple[dict[int, LevelMetrics], Failure | None]:
+    """workload.load: native: each level measured by the engine's own benchmark (trial/native.py)."""
+    levels: dict[int, LevelMetrics] = {}
+    for c in concurrency:
+        levels[c] = metrics = native_level(c)
+        if not still_alive():
+            return levels, _crashed(c)
+        if verdict := on_level(c, metrics):
+            return levels, verdict
+    return levels, None
 
 
 class TrialLadderHooks(LadderHooks):
-    """Raw samples to samples/c<C>[.r<n>].json; the watchdog; the study's verdict per level."""
+    """Raw samples to samples/c<C>[.r<n>].json; the watchdog; a compile stall during a measured
+    run makes it invalid (one during the warm-up is what the warm-up is for); the study's verdict
+    per level."""
 
     def __init__(self, trial_dir: Path, where: str, on_level: Callable[[int, dict], Failure | None],
-                 still_alive: Callable[[], bool]) -> None:
+                 still_alive: Callable[[], bool], new_stall: Callable[[], str | None] = lambda: None) -> None:
         self.samples_dir = trial_dir / "samples"
         self.samples_dir.mkdir(parents=True, exist_ok=True)
-        self.where, self.on_level, self.still_alive = where, on_level, still_alive
+        self.where, self.on_level, self.still_alive, self.new_stall = where, on_level, still_alive, new_stall
+
+    def run_notes(self, concurrency: int) -> list[str]:
+        stall = self.new_stall()
+        return [f"the server stalled on a compile during the measured run: {stall[-200:]}"] if stall else []
 
     def warmup_done(self, concurrency: int, run: LevelRun) -> Stop | None:
+        self.new_stall()  # a compile while warming up is allowed
         if hang := hang_of(run.samples, concurrency, "warmup", self.still_alive):
             return Stop(hang)
         # After a run with failed requests, a dead server ends the ladder at once: each further

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from sweeper.engines.base import EngineInfo, LaunchSpec, classify_log
 from sweeper.engines.flags import flag_problems
@@ -58,14 +58,14 @@ def stall_timeout_of(space: Space) -> float:
 
 @contextmanager
 def launched_server(ctx: TrialContext, config: Mapping[str, Any], outcome: TrialOutcome,
-                    extra_env: Mapping[str, str] | None = None,
+                    extra_env: Mapping[str, str] | None = None, extra_argv: Sequence[str] = (),
                     on_stopped: Callable[[ServerProcess, StopReport], None] = lambda proc, report: None,
                     ) -> Iterator[LaunchedServer | None]:
     """The ready server, or None when the config failed before it was ready (outcome.failure
     says where and why). Whatever the block does (an exception, Ctrl-C), a launched server is
     stopped, its stop recorded (stop.json) and its GPUs waited for (gpu_memory.json)."""
     timer = partial(timed_stage, outcome, ctx.on_stage)
-    started = _start_checked(ctx, config, outcome, timer, extra_env or {})
+    started = _start_checked(ctx, config, outcome, timer, extra_env or {}, tuple(extra_argv))
     if started is None:
         yield None
         return
@@ -77,7 +77,8 @@ def launched_server(ctx: TrialContext, config: Mapping[str, Any], outcome: Trial
 
 
 def _start_checked(ctx: TrialContext, config: Mapping[str, Any], outcome: TrialOutcome, timer: Callable,
-                   extra_env: Mapping[str, str]) -> tuple[ServerProcess, int, GpuSnapshot | None] | None:
+                   extra_env: Mapping[str, str], extra_argv: tuple[str, ...] = (),
+                   ) -> tuple[ServerProcess, int, GpuSnapshot | None] | None:
     """Preflight, GPU gate, flag check, launch: the process, its port and the GPUs' baseline, or
     None with the failure in the outcome."""
     space = ctx.space
@@ -90,8 +91,8 @@ def _start_checked(ctx: TrialContext, config: Mapping[str, Any], outcome: TrialO
         return None
     port = port_or_failure
     spec = ctx.engine.build_launch_spec(space, config, ctx.host_spec, port, ctx.host.python())
-    if extra_env:
-        spec = LaunchSpec(argv=spec.argv, env={**spec.env, **extra_env}, port=spec.port)
+    if extra_env or extra_argv:  # e.g. what switches the profiler on
+        spec = LaunchSpec(argv=(*spec.argv, *extra_argv), env={**spec.env, **extra_env}, port=spec.port)
     if ctx.known_flags is not None and (problems := flag_problems(
             spec.argv, ctx.known_flags, ctx.engine.checks_short_flags, ctx.engine.flag_family)):
         outcome.failure = Failure("preflight", "unsupported_flag", "; ".join(problems))

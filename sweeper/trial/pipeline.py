@@ -18,7 +18,9 @@ from sweeper.loadgen.onhost import load_place
 from sweeper.spec.space import OutputCheck
 from sweeper.trial.context import Failure, TrialContext, TrialOutcome
 from sweeper.trial.gate import GateError, GateTimeout, OutputSample, collect_samples, judge, write_check_file
-from sweeper.trial.ladder import build_level_plan, build_level_prompts, build_stream_options, measure_levels
+from sweeper.trial.ladder import (build_level_plan, build_level_prompts, build_stream_options, measure_levels,
+                                  measure_native_levels, served_vocab_size, stall_watch)
+from sweeper.trial.native import native_level_runner
 from sweeper.trial.launch import (LOG_TAIL_LINES, Crashed, LaunchedServer, LogWatch, Ready, TimedOut,
                                   build_gpu_memory_record, launch, launched_server, preflight, stop,
                                   timed_stage, wait_ready, write_launch_files)
@@ -28,7 +30,7 @@ BAD_OUTPUT = "bad_output"  # the failure kind of a config whose greedy outputs f
 __all__ = [  # the stages' names, importable from here as before they had modules of their own
     "BAD_OUTPUT", "LOG_TAIL_LINES", "Crashed", "Failure", "LogWatch", "Ready", "TimedOut", "TrialContext",
     "TrialOutcome", "build_gpu_memory_record", "build_level_prompts", "build_stream_options", "check_output",
-    "launch", "preflight", "run_trial", "stop", "wait_ready", "write_launch_files",
+    "launch", "preflight", "run_trial", "served_vocab_size", "stop", "wait_ready", "write_launch_files",
 ]
 
 
@@ -84,10 +86,18 @@ def _check_and_measure(ctx: TrialContext, outcome: TrialOutcome, server: Launche
         outcome.failure = failure
         return
     with timer("load"):
-        place = load_place(ctx.host, ctx.host_spec.load_from, ctx.host_spec.transport, server.port, server.model)
-        plan = build_level_plan(space.workload, server.dialect, ctx.engine.clock_scale(space), server.stall_timeout_s)
-        outcome.levels, outcome.failure = measure_levels(plan, place, ctx.trial_dir, ctx.on_level,
-                                                         server.still_alive)
+        if space.workload.load == "native":
+            native = native_level_runner(ctx.host, ctx.engine, server.proc, server.base_url, server.model,
+                                         space.workload)
+            outcome.levels, outcome.failure = measure_native_levels(space.workload.concurrency, native,
+                                                                    ctx.on_level, server.still_alive)
+        else:
+            place = load_place(ctx.host, ctx.host_spec.load_from, ctx.host_spec.transport, server.port, server.model)
+            plan = build_level_plan(space.workload, server.dialect, ctx.engine.clock_scale(space),
+                                    server.stall_timeout_s, served_vocab_size(ctx.host, space.model))
+            outcome.levels, outcome.failure = measure_levels(
+                plan, place, ctx.trial_dir, ctx.on_level, server.still_alive,
+                stall_watch(ctx.host, server.proc, ctx.engine.info.stall_lines))
     for goal_level in sorted({goal.level for goal in space.goals}):  # one level, or the Pareto pair's
         measured = outcome.levels.get(goal_level)
         if outcome.failure is None and measured is not None and not measured.get("valid"):

@@ -20,6 +20,27 @@ def help_flags(name: str) -> dict:
     return parse_help_flags((HELP / f"{name}.txt").read_text())
 
 
+VLLM_HELP = {"0.24.0": HELP / "vllm-0.24.0.txt",
+             "0.33.0": HELP / "vllm-0.33.0.txt"}
+
+
+@pytest.mark.parametrize("change", [c for c in FLAG_CHANGES if c.engine == "vllm"], ids=lambda c: c.describe())
+def test_every_vllm_row_is_true_of_the_captured_help_texts(change):
+    """vLLM 0.24.0 (captured on the H200) and 0.33.0: an added flag or choice absent in the older,
+    present in the newer; a removed one the reverse."""
+    for version, path in VLLM_HELP.items():
+        flags = parse_help_flags(path.read_text())
+        present = change.flag in flags and (change.value is None or change.value in (flags[change.flag] or []))
+        after = parse_version(version) >= parse_version(change.version)
+        assert present == (after if change.change == "added" else not after), version
+
+
+def test_a_024_spelling_refused_by_033_names_its_replacement():
+    flags = parse_help_flags(VLLM_HELP["0.33.0"].read_text())
+    problems = flag_problems(["--no-enable-chunked-prefill"], flags, False, "vllm")
+    assert problems and "use --disable-chunked-prefill (--no-enable-chunked-prefill removed in vLLM 0.33.0)" in problems[0]
+
+
 @pytest.mark.parametrize("change", [c for c in FLAG_CHANGES if c.engine == "sglang"], ids=lambda c: c.describe())
 def test_every_sglang_row_is_true_of_the_captured_help_texts(change):
     """A flag (or choice) added in X is absent before X and present from X on; a removed one the

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
+
+from pathlib import Path
 
 import pytest
 
 from sweeper.errors import UserError
 from sweeper.profile.control import (
-    SGLANG_PROFILER, TRACE_SUBDIR, VLLM_PROFILER, ProfilerRequestFailed, build_profiler_env, call_profiler,
-    profiler_for,
+    SGLANG_PROFILER, TRACE_SUBDIR, VLLM_PROFILER, VLLM_PROFILER_CONFIG, ProfilerRequestFailed, build_profiler_argv,
+    build_profiler_env, call_profiler, profiler_for,
 )
 from sweeper.profile.report import build_profile_record, format_profile_text
 from sweeper.profile.run import profiled_request_count
@@ -19,7 +22,8 @@ from sweeper.profile.trace import DeviceBusy, KernelRow, KernelTable, group_shar
 
 def test_each_engine_gets_its_profiler_or_a_clear_refusal():
     assert profiler_for("sglang") is SGLANG_PROFILER and profiler_for("sim") is SGLANG_PROFILER
-    assert profiler_for("vllm") is VLLM_PROFILER
+    assert profiler_for("vllm") is VLLM_PROFILER_CONFIG  # version unknown: the newest spelling
+    assert profiler_for("vllm", "0.10.1") is VLLM_PROFILER
     assert build_profiler_env(SGLANG_PROFILER) == {"SGLANG_TORCH_PROFILER_DIR": TRACE_SUBDIR}
     assert build_profiler_env(VLLM_PROFILER) == {"VLLM_TORCH_PROFILER_DIR": TRACE_SUBDIR}
     assert SGLANG_PROFILER.build_start_body("/w/s/3/profile/traces") == {
@@ -28,6 +32,24 @@ def test_each_engine_gets_its_profiler_or_a_clear_refusal():
     assert VLLM_PROFILER.build_start_body("/w/traces") is None  # vLLM's endpoints take no body
     with pytest.raises(UserError, match="engine 'llamacpp' has no torch profiler endpoint"):
         profiler_for("llamacpp")
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+@pytest.mark.parametrize("version, help_file", [("0.24.0", "help/vllm-0.24.0.txt"),
+                                                ("0.33.0", "help/vllm-0.33.0.txt")])
+def test_vllm_024_and_033_switch_the_profiler_on_with_the_flag_their_help_lists(version, help_file):
+    """0.24.0 on the H200 logged 'Unknown vLLM environment variable detected:
+    VLLM_TORCH_PROFILER_DIR' and answered /start_profile with 404; --profiler-config worked
+    (tests/fixtures/vllm/README.md). Before: the variable, for every version."""
+    control = profiler_for("vllm", version)
+    assert build_profiler_env(control) == {}
+    flag, value = build_profiler_argv(control)
+    assert f"  {flag} PROFILER_CONFIG" in (FIXTURES / help_file).read_text()
+    assert json.loads(value) == {"profiler": "torch", "torch_profiler_with_stack": False,
+                                 "torch_profiler_dir": TRACE_SUBDIR}
+    assert build_profiler_argv(SGLANG_PROFILER) == []
 
 
 class Answers(BaseHTTPRequestHandler):

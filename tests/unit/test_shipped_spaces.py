@@ -34,7 +34,7 @@ PORT, PYTHON = 30000, "/opt/venv/bin/python"
 UPDATE = bool(os.environ.get("SWEEPER_UPDATE_SNAPSHOTS"))  # read at import: the conftest hides SWEEPER_*
 
 # engine -> versions whose --help we hold (the simulator's is its live --help)
-VERSIONS = {"sglang": ("0.5.9", "0.5.16", "0.5.20", "0.5.23"), "vllm": ("0.33.0",), "sim": ("live",)}
+VERSIONS = {"sglang": ("0.5.9", "0.5.16", "0.5.20", "0.5.23"), "vllm": ("0.24.0", "0.33.0"), "sim": ("live",)}
 
 
 def help_text(engine: str, version: str) -> str:
