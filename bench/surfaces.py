@@ -75,7 +75,7 @@ def needle(space: Space, seed: int = 1, noise: float = 0.03) -> Surface:
 
     def value(config: Config) -> float:
         near = sum(m.closeness(config, n) ** 2 for n in levers) / len(levers)
-        return 10 * (1 + m.main(config, 0.05) + 1.5 * near ** 8)
+        return 10 * (1 + m.main(config, 0.05) + 1.5 * near ** 3)
     return Surface("needle", value, noise)
 
 

@@ -99,9 +99,10 @@ def single_lever(a: Config, b: Config) -> str | None:
 class LocalSearchSampler(BaseSampler):
     """Seeds and `explore` base-sampler trials first; then moves from the incumbent."""
 
-    def __init__(self, space: Space, base: BaseSampler, explore: int = 4, noise: float = 0.01,
-                 top_levers: int = 4, seed: int | None = None):
+    def __init__(self, space: Space, base: BaseSampler, explore: int = 4, noise: float = 0.02,
+                 top_levers: int = 4, seed: int | None = None, explore_every: int = 2):
         self._space, self._base, self._explore = space, base, explore
+        self._every = explore_every  # > 0: every n-th trial explores anyway (a portfolio)
         self._noise, self._top, self._seed = noise, top_levers, seed
         self._plans: dict[int, Config] = {}
 
@@ -112,7 +113,7 @@ class LocalSearchSampler(BaseSampler):
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         label = queued_label(trial)
         if label is None:
-            move = self.next_move(study)
+            move = None if self._every and trial.number % self._every == 0 else self.next_move(study)
             if move is not None:
                 self._plans[trial.number] = move.params
             label = move.why if move else "exploration"
@@ -152,9 +153,9 @@ class LocalSearchSampler(BaseSampler):
         taken = self._taken_keys(trials)
         incumbent = path[-1]
         helped = single_lever(path[-2].params, incumbent.params) if len(path) > 1 else None
-        crashed = crashed_moves(done)
+        scores = move_scores(done)
         singles = list(self._single_moves(incumbent, helped))
-        singles.sort(key=lambda m: m.lever_value in crashed)  # a crash region is left: its values last
+        singles.sort(key=lambda m: -scores.get(m.lever_value, 0.0))  # stable: untried moves keep their order
         for move in itertools.chain(singles, self._combined_moves(incumbent, done)):
             full = with_derived(self._space, move.params)
             key = config_key(full)
@@ -201,16 +202,20 @@ class LocalSearchSampler(BaseSampler):
                        f"{moved} from trial {incumbent.number} (levers that came closest)")
 
 
-def crashed_moves(done: list[FrozenTrial]) -> set[tuple[str, Any]]:
-    """(lever, value) pairs whose move from a feasible config made it infeasible."""
+def move_scores(done: list[FrozenTrial]) -> dict[tuple[str, Any], float]:
+    """The mean relative change each (lever, value) move made from any feasible config it was
+    tried from: -1 for a move into a crash. What hurt before is tried last (a crash region is left)."""
     feasible = [t for t in done if is_feasible(t)]
-    out = set()
+    deltas: dict[tuple[str, Any], list[float]] = {}
     for t in done:
-        if t.state == TrialState.COMPLETE and not is_feasible(t):
-            for f in feasible:
-                if (lever := single_lever(f.params, t.params)) is not None:
-                    out.add((lever, t.params[lever]))
-    return out
+        if t.state != TrialState.COMPLETE:
+            continue
+        for f in feasible:
+            if f is t or (lever := single_lever(f.params, t.params)) is None:
+                continue
+            delta = (t.values[0] - f.values[0]) / abs(f.values[0] or 1) if is_feasible(t) else -1.0
+            deltas.setdefault((lever, t.params[lever]), []).append(delta)
+    return {move: sum(d) / len(d) for move, d in deltas.items()}
 
 
 def queued_label(trial: FrozenTrial) -> str | None:
@@ -225,3 +230,10 @@ def queued_label(trial: FrozenTrial) -> str | None:
     if attrs.get("measure_again"):
         return "re-check"
     return "queued"
+
+
+def ensure_proposed_by(trial: optuna.Trial, sampler_name: str) -> None:
+    """Label a trial that no local phase labelled (another sampler proposed it, or it was queued)."""
+    if PROPOSED_BY not in trial.user_attrs:
+        frozen = trial.study._storage.get_trial(trial._trial_id)  # Trial has no system attrs in 5.0
+        trial.set_user_attr(PROPOSED_BY, queued_label(frozen) or f"{sampler_name} sampler")

@@ -24,7 +24,9 @@ SPACE = load_space(ROOT / "search_spaces" / "demo-sim.yaml")
 
 
 def _local(seed=0, explore=2):
-    return LocalSearchSampler(SPACE, optuna.samplers.RandomSampler(seed=seed), explore=explore, seed=seed)
+    # explore_every=0: the local phase alone (the default interleaves the base sampler)
+    return LocalSearchSampler(SPACE, optuna.samplers.RandomSampler(seed=seed), explore=explore, seed=seed,
+                              explore_every=0)
 
 
 def _run(study, value_of, trials):
@@ -90,3 +92,14 @@ def test_a_crash_region_is_left():
     first_feasible = trace.crashed.index(False)
     late = trace.crashed[first_feasible + 20:]
     assert sum(late) <= len(late) // 2, trace.crashed
+
+
+def test_every_sampler_labels_its_trials():
+    from sweeper.search.local import ensure_proposed_by
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    study.enqueue_trial(SPACE.seeds[0].params, user_attrs={"seed": "baseline"})
+    for _ in range(2):
+        trial = study.ask()
+        ensure_proposed_by(trial, "random")
+        study.tell(trial, 1.0)
+    assert [t.user_attrs[PROPOSED_BY] for t in study.trials] == ["seed baseline", "random sampler"]
