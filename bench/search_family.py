@@ -70,8 +70,12 @@ def main() -> None:
     rows = [(args, name, use_seeds) for name in args.surfaces if name != "sim" or space.engine == "sim"
             for use_seeds in (True, False)]
     with Pool(args.jobs) as pool:
-        for line in pool.starmap(row, rows):
+        for line in pool.imap(row_of, rows):  # rows in order, each as soon as it is done
             print(line, flush=True)
+
+
+def row_of(job: tuple) -> str:
+    return row(*job)
 
 
 def row(args, surface_name: str, use_seeds: bool) -> str:
