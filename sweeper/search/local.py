@@ -97,7 +97,8 @@ def single_lever(a: Config, b: Config) -> str | None:
 
 
 class LocalSearchSampler(BaseSampler):
-    """Seeds and `explore` base-sampler trials first; then moves from the incumbent."""
+    """Seeds and `explore` base-sampler trials first; then moves from the incumbent, with every
+    `explore_every`-th trial (0: none) and every trial once the moves are spent left to the base."""
 
     def __init__(self, space: Space, base: BaseSampler, explore: int = 4, noise: float = 0.02,
                  top_levers: int = 4, seed: int | None = None, explore_every: int = 2):
