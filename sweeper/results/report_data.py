@@ -48,6 +48,7 @@ class TimelineRow:
     start_s: float
     stage_seconds: dict[str, float]
     outcome: str
+    proposed_by: str = ""  # which strategy proposed the trial and why (search/local.py)
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,7 @@ def build_timeline(study: optuna.Study, frame) -> list[TimelineRow]:
         ordered = {s: float(seconds[s]) for s in STAGES if s in seconds}
         ordered.update({s: float(v) for s, v in seconds.items() if s not in ordered})
         rows.append(TimelineRow(t.number, (t.datetime_start - origin).total_seconds(), ordered,
-                                _outcome(t, rows_by_trial.get(t.number))))
+                                _outcome(t, rows_by_trial.get(t.number)), t.user_attrs.get("proposed_by", "")))
     return rows
 
 

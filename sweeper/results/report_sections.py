@@ -126,9 +126,9 @@ def build_timeline_section(data: ReportData) -> Section:
     total = sum(data.stage_totals.values())
     totals = Table(["stage", "wall seconds", "share"],
                    [[s, fmt(v, 1), f"{100 * v / total:.1f}%" if total else "-"] for s, v in data.stage_totals.items()])
-    per_trial = Table(["trial", "start (s)", *data.stage_totals, "outcome"],
+    per_trial = Table(["trial", "start (s)", *data.stage_totals, "outcome", "proposed by"],
                       [[str(r.trial), fmt(r.start_s, 1), *[fmt(r.stage_seconds.get(s), 2) for s in data.stage_totals],
-                        r.outcome] for r in data.timeline])
+                        r.outcome, r.proposed_by or "-"] for r in data.timeline])
     text = f"{fmt(total, 1)} wall seconds in trial stages over {len(data.timeline)} trials."
     return Section("timeline", "Timeline of the sweep: where the time went", [text], [totals, per_trial],
                    figure="timeline")

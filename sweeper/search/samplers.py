@@ -1,7 +1,9 @@
 """Which Optuna sampler a study uses: `auto` picks brute force when the discrete space is small
-next to the budget, multivariate TPE otherwise (not grouped: on the demo space grouping by the
-conditional branches needed 25 evaluations to get within 2% of the optimum against 14 without;
-bench/README.md)."""
+next to the budget, otherwise a local phase (search/local.py: single-lever moves from the incumbent,
+then pairs) over multivariate TPE, which explores first and whenever the local moves are spent.
+`tpe` is plain multivariate TPE (the default before issue 20; not grouped: on the demo space
+grouping by the conditional branches needed 25 evaluations to get within 2% of the optimum against
+14 without). bench/README.md has the numbers on a family of surfaces."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from optuna.trial import FrozenTrial
 
 from sweeper.spec.space import Space
 from sweeper.search.configs import count_configs, enumerate_configs, parameter_values
+from sweeper.search.local import LocalSearchSampler
 
 SAMPLERS = ("auto", "tpe", "brute", "random", "grid")
 _COUNT_LIMIT = 200_000  # enumerate a space to count it only below this many raw combinations
@@ -53,7 +56,7 @@ def resolve_sampler_name(space: Space, budget: int, name: str) -> str:
     if name != "auto":
         return name
     size = count_configs(space) if raw_size(space) <= _COUNT_LIMIT else None
-    return "brute" if size is not None and size <= 3 * budget else "tpe"
+    return "brute" if size is not None and size <= 3 * budget else "local"
 
 
 def build_sampler(space: Space, budget: int, name: str = "auto", seed: int | None = None) -> BaseSampler:
@@ -67,7 +70,14 @@ def build_sampler(space: Space, budget: int, name: str = "auto", seed: int | Non
                 return optuna.samplers.RandomSampler(seed=seed)
             case "grid":
                 return GridOrderSampler(space)
+            case "local":
+                return LocalSearchSampler(space, tpe_sampler(budget, seed), seed=seed)
             case _:
-                # Few startup trials: each evaluation costs minutes, and infeasible trials teach TPE too.
-                return optuna.samplers.TPESampler(multivariate=True, seed=seed,
-                                                  n_startup_trials=max(3, min(10, budget // 5)))
+                return tpe_sampler(budget, seed)
+
+
+def tpe_sampler(budget: int, seed: int | None) -> optuna.samplers.TPESampler:
+    # Few startup trials: each evaluation costs minutes, and infeasible trials teach TPE too.
+    # Constant liar: workers sharing a study do not all propose the same config.
+    return optuna.samplers.TPESampler(multivariate=True, seed=seed, constant_liar=True,
+                                      n_startup_trials=max(3, min(10, budget // 5)))

@@ -33,6 +33,7 @@ from sweeper.search.trials import best_trial, feasible_trials, is_evaluation, is
 from sweeper.fleet.leases import schema_lock
 from sweeper.results.provenance import engine_provenance
 from sweeper.redact import MASK, redact_env, redact_url
+from sweeper.search.local import ensure_proposed_by
 from sweeper.search.samplers import build_sampler
 from sweeper.search.stored import output_rejected, reference_text
 from sweeper.search.configs import config_key, suggest_config
@@ -246,6 +247,7 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents,
         key = config_key(config)
         trial.set_user_attr("config_key", key)
         trial.set_user_attr("host", handle.host_name)
+        ensure_proposed_by(trial, study.user_attrs.get("sampler", space.search.sampler))
         repeat = trial.user_attrs.get("measure_again")  # ablation and finalist repeats are measured
         if not repeat and (duplicate := find_duplicate(study, key, trial.number) if gate is None
                            else gate.admit(trial, config, key)):
