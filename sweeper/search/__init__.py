@@ -1,7 +1,9 @@
 """The search: which config to launch next, and what the launches taught us (Optuna lives here).
 
 - configs.py   a space -> Optuna suggestions, derived values, enumeration, canonical keys
-- samplers.py  which sampler a study uses (`auto`: brute force or multivariate TPE)
+- samplers.py  which sampler a study uses (`auto`: brute force when small, else local.py)
+- local.py     the default search on large spaces: single-lever moves from the incumbent (then pairs),
+               interleaved with TPE; each trial's `proposed_by`
 - study.py     storage, the objective around a trial, dedupe, budget, retries, resume recovery
 - record.py    a TrialOutcome -> objective values, constraints and user attrs (pure)
 - trials.py    which stored trials count: evaluations, feasibility, the Pareto front, the best

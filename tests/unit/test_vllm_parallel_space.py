@@ -2,7 +2,6 @@
 against the real vLLM 0.24.0 `serve --help=all` captured on the H200; NVLink multicast left off in
 every server's environment; two small configs side by side on separate GPU sets."""
 
-from pathlib import Path
 
 from sweeper.engines.flags import flag_problems, parse_help_flags
 from sweeper.engines.vllm import VLLMEngine
