@@ -35,6 +35,7 @@ class StreamTally:
     # token_ids): tokens that decode to no text (special tokens, a split UTF-8 character) still
     # arrived then, so any left when the stream ends count there (vllm-h200: 52 of 64 tokens)
     _held_events: list = field(default_factory=list)
+    _usage_every_chunk: bool = True  # false once a text chunk came without usage: a later one is a total
     _cumulative: int = 0  # last per-chunk cumulative completion_tokens seen
     _text_length: int = 0  # /generate: length of the cumulative text so far
 
@@ -49,7 +50,8 @@ class StreamTally:
                 # general path below gives the same; this one runs per token, so it is short.
                 self.chunk_times.append(now)
                 self.chunk_tokens.append(1 + self._held_tokens)
-                self._held_tokens = 0
+                self._held_tokens, self._usage_every_chunk = 0, False
+                self._held_events.clear()
                 return
         if event.get("error") or event.get("object") == "error":
             detail = json.dumps(event.get("error", event))
@@ -95,10 +97,14 @@ class StreamTally:
             # SGLang emits empty-text chunks while the detokenizer holds back an incomplete
             # character; those tokens arrive with the next non-empty chunk.
             self._held_tokens += tokens
-            if tokens and (isinstance(usage.get("completion_tokens"), int) or isinstance(choice.get("token_ids"), list)):
+            exact = ((isinstance(usage.get("completion_tokens"), int) and self._usage_every_chunk)
+                     or isinstance(choice.get("token_ids"), list))
+            if tokens and exact:
                 self._held_events.append((now, tokens))
             return
         self._held_events.clear()
+        if not isinstance(usage.get("completion_tokens"), int):
+            self._usage_every_chunk = False
         if self.coalesced and self.chunk_times and self.chunk_times[-1] == now:
             self.chunk_tokens[-1] += max(tokens + self._held_tokens, 1)  # same read: same instant
         else:

@@ -75,3 +75,14 @@ def test_out_of_vocabulary_error_inside_an_http_200_stream_fails_the_request_wit
     tally, error = replay(reads)
     assert error.startswith("error in stream: ")
     assert "Token id 40000 is out of vocabulary" in error
+
+
+def test_a_final_usage_total_after_chunks_without_usage_is_not_counted_twice():
+    """llama-server: text chunks carry no usage, the final empty chunk carries the total (32). That
+    total is the whole reply, not the tokens of an empty chunk: 32 streamed, not 64."""
+    body = b"".join(b'data: {"choices":[{"index":0,"text":"w","finish_reason":null}]}\n\n' for _ in range(32))
+    body += (b'data: {"choices":[{"index":0,"text":"","finish_reason":"length"}],'
+             b'"usage":{"prompt_tokens":8,"completion_tokens":32,"total_tokens":40}}\n\ndata: [DONE]\n\n')
+    tally, _ = replay([(0.01 * i, line + b"\n\n") for i, line in enumerate(body.split(b"\n\n")) if line])
+    tally.finish()
+    assert sum(tally.chunk_tokens) == 32 and tally.completion_tokens == 32
