@@ -77,14 +77,14 @@ cat > "$WORK/hosts.yaml" <<EOF
 hosts:
   local:
     transport: local
-    gpus: 1
+    gpus: ${GPUS:-1}
     work_dir: $WORK/runs
     base_port: 31000
     gpu_gate: "on"                 # the real nvidia-smi: a busy GPU stops the sweep, memory must come back
     gpu_release_timeout_s: 60
 EOF
 SPACE="$WORK/space.yaml"
-sed "s|^model: .*|model: $MODEL|" "$REPO/search_spaces/vllm-h200.yaml" > "$SPACE"
+sed "s|^model: .*|model: $MODEL|" "$REPO/${SPACE_FILE:-search_spaces/vllm-h200.yaml}" > "$SPACE"  # SPACE_FILE, GPUS: issue 21
 if [ "$SWEEP" = 1 ]; then
   SWEEP_SECONDS=$(( DEADLINE - 150 - ($(date +%s) - started) ))
   step "sweep (no new trial after ${SWEEP_SECONDS}s)"
