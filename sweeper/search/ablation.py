@@ -13,8 +13,6 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from scipy import stats
-
 import optuna
 
 from sweeper.spec.space import Space
@@ -26,6 +24,8 @@ ALPHA = 0.05  # the false discovery rate across an ablation's levers; 95% interv
 
 def t95(df: float) -> float:
     """The two-sided 95% Student t quantile (inf below one degree of freedom)."""
+    from scipy import stats  # here: importing scipy.stats costs every command ~1 s of start-up
+
     return math.inf if df < 1 else float(stats.t.ppf(0.975, df))
 
 
@@ -99,6 +99,8 @@ def delta_ci(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
 
 def welch_p(a: Sequence[float], b: Sequence[float]) -> float:
     """Two-sided p of Welch's t test that a and b share a mean (1.0 when it cannot be computed)."""
+    from scipy import stats
+
     if len(a) < 2 or len(b) < 2:
         return 1.0
     if statistics.pvariance(a) == 0 and statistics.pvariance(b) == 0:
@@ -126,6 +128,8 @@ def summarize_ablation(runs: Sequence[Measured], maximize: bool = True) -> list[
                      "delta_pct": 100 * delta / statistics.fmean(baseline), "p": welch_p(baseline, ok)})
     tested = [r for r in rows if "p" in r]
     if tested:
+        from scipy import stats
+
         for row, adjusted in zip(tested, stats.false_discovery_control([r["p"] for r in tested], method="bh")):
             better = row["delta"] > 0 if maximize else row["delta"] < 0
             row["p_adjusted"] = float(adjusted)
