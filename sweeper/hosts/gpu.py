@@ -100,6 +100,14 @@ def format_gpu_model(text: str) -> str:
     return ", ".join(f"{n} x {label}" for label, n in kinds.items()) + f", driver {'/'.join(drivers)}"
 
 
+def parse_gpu_names(text: str) -> dict[int, tuple[str, str]]:
+    """GPU index -> (name, driver) from MODEL_QUERY's rows."""
+    try:
+        return {int(index): (name, driver) for index, _, name, driver, _, _ in _rows(text, 6, "gpu")}
+    except ValueError as exc:
+        raise GpuParseError(str(exc)) from None
+
+
 def parse_compute_apps(text: str) -> tuple[GpuApp, ...]:
     """Rows of `--query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits`."""
     try:

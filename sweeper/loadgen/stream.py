@@ -51,7 +51,8 @@ class StreamTally:
                 self.chunk_times.append(now)
                 self.chunk_tokens.append(1 + self._held_tokens)
                 self._held_tokens, self._usage_every_chunk = 0, False
-                self._held_events.clear()
+                if self._held_events:
+                    self._held_events.clear()
                 return
         if event.get("error") or event.get("object") == "error":
             detail = json.dumps(event.get("error", event))

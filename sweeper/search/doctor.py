@@ -14,7 +14,7 @@ from sweeper.engines.base import Engine, flag_args
 from sweeper.errors import UserError
 from sweeper.hosts import Host, open_host
 from sweeper.hosts.gate import format_holders
-from sweeper.hosts.gpu import GpuSnapshot, gpus_needed, holders_above
+from sweeper.hosts.gpu import MODEL_QUERY, GpuParseError, GpuSnapshot, gpus_needed, holders_above, parse_gpu_names
 from sweeper.redact import redact_argv, redact_env
 from sweeper.search.configs import parameter_values, with_derived
 from sweeper.search.ablation import sampled_config
@@ -22,7 +22,6 @@ from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import Space
 
 MIN_FREE_DISK_MIB = 1024  # trial folders hold logs and launch files: a little, but never none
-GPU_NAMES_QUERY = ("nvidia-smi", "--query-gpu=index,name,driver_version", "--format=csv,noheader,nounits")
 # `~/x` as the host's shell would read it (Host.run takes no shell: the check script expands it)
 _EXPAND_HOME = 'p=$1; case $p in "~"|"~/"*) p=$HOME${p#"~"};; esac; '
 
@@ -145,14 +144,11 @@ def check_gpus(host: Host, spec: HostSpec) -> list[Check]:
 def gpu_inventory(host: Host, snapshot: GpuSnapshot) -> str:
     """`0: NVIDIA H200 (143771 MiB, driver 570.1)` per GPU; name and driver `?` where nvidia-smi
     does not answer that query (the simulator's stand-in answers only the gate's two)."""
-    result = host.run(list(GPU_NAMES_QUERY), timeout_s=30)
-    names = {}
-    if result.returncode == 0:
-        for line in result.stdout.splitlines():
-            index, _, rest = line.partition(",")
-            name, _, driver = rest.rpartition(",")
-            if index.strip().isdigit():
-                names[int(index)] = (name.strip(), driver.strip())
+    result = host.run(list(MODEL_QUERY), timeout_s=30)
+    try:
+        names = parse_gpu_names(result.stdout) if result.returncode == 0 else {}
+    except GpuParseError:
+        names = {}
     return "; ".join(f"{g.index}: {names.get(g.index, ('?', '?'))[0]} ({g.total_mib} MiB, "
                      f"{g.used_mib} used, driver {names.get(g.index, ('?', '?'))[1]})" for g in snapshot.gpus)
 

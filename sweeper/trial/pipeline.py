@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 from sweeper.errors import InfraError
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.loadgen.onhost import load_place
+from sweeper.outcomes import FailureKind
 from sweeper.spec.space import OutputCheck
 from sweeper.trial.context import Failure, TrialContext, TrialOutcome
 from sweeper.trial.gate import GateError, GateTimeout, OutputSample, collect_samples, judge, write_check_file
@@ -25,7 +26,7 @@ from sweeper.trial.launch import (LOG_TAIL_LINES, Crashed, LaunchedServer, LogWa
                                   build_gpu_memory_record, launch, launched_server, preflight, stop,
                                   timed_stage, wait_ready, write_launch_files)
 
-BAD_OUTPUT = "bad_output"  # the failure kind of a config whose greedy outputs fail the gate
+BAD_OUTPUT = FailureKind.BAD_OUTPUT  # the failure kind of a config whose greedy outputs fail the gate
 
 __all__ = [  # the stages' names, importable from here as before they had modules of their own
     "BAD_OUTPUT", "LOG_TAIL_LINES", "Crashed", "Failure", "LogWatch", "Ready", "TimedOut", "TrialContext",

@@ -96,3 +96,10 @@ def test_real_h200_after_a_sweep_is_back_at_baseline():
     assert memory_not_released(idle, after, [0], 1024) == []
     assert memory_not_released(idle, busy, [0], 1024) == [
         "GPU 0 uses 8719 MiB (baseline 0 MiB)", "pid 420 still holds 8710 MiB on GPU 0"]
+
+
+def test_gpu_names_from_the_model_query():
+    from sweeper.hosts.gpu import parse_gpu_names
+
+    rows = "0, GPU-ef4c, NVIDIA H200, 580.159.04, 0, 143771\n1, GPU-aa01, NVIDIA H200, 580.159.04, 12, 143771\n"
+    assert parse_gpu_names(rows) == {0: ("NVIDIA H200", "580.159.04"), 1: ("NVIDIA H200", "580.159.04")}
