@@ -108,6 +108,7 @@ class LevelMetrics(TypedDict, total=False):
     errors: list[str]
     valid: bool
     invalid_reasons: list[str]
+    harness_retries: int  # runs measured again because the client's own lag spoiled them
     # combine_repeats adds these when a level ran more than once
     repeats: int
     repeat_output_throughputs: list[float]

@@ -14,11 +14,13 @@ from typing import Any, Callable
 from sweeper.errors import UserError
 from sweeper.loadgen.client import LevelRun, StreamOptions, get, run_closed_loop, run_measured, run_open_loop
 from sweeper.loadgen.endpoints import APIS, Api
-from sweeper.loadgen.metrics import MAX_CLIENT_LAG_P99_MS, combine_repeats, summarize_level
+from sweeper.loadgen.metrics import MAX_CLIENT_LAG_P99_MS, combine_repeats, spoiled_by_client, summarize_level
 from sweeper.loadgen.vocab import DEFAULT_VOCAB_SIZE
 from sweeper.loadgen.workload import arrival_offsets_s, build_prompt_texts, build_prompt_token_ids
 from sweeper.outcomes import LevelMetrics
 from sweeper.spec.space import Workload
+
+HARNESS_RETRIES = 2  # measurements again of a run the client's own lag spoiled (then it counts)
 
 # What `sweeper load --json` writes per level, in this order: bench_serving's names.
 RECORD_KEYS = (
@@ -115,14 +117,9 @@ def run_ladder(plan: LoadPlan, send: Send, hooks: LadderHooks = LadderHooks()
             return levels, stop.verdict
         summaries, stop = [], None
         for repeat in range(plan.repeats):
-            prompts = build_prompts(plan, plan.requests_at(concurrency), plan.seed + concurrency + 100_000 * repeat)
-            run = send(prompts, concurrency)
-            stop = hooks.run_done(concurrency, repeat, run)
+            summary, stop = measured_run(plan, send, hooks, concurrency, repeat)
             if stop and not stop.keep_level:
                 return levels, stop.verdict
-            summary = summarize_run(plan, concurrency, run)
-            if notes := hooks.run_notes(concurrency):
-                summary["invalid_reasons"], summary["valid"] = [*summary["invalid_reasons"], *notes], False
             summaries.append(summary)
             if stop:
                 break
@@ -132,6 +129,26 @@ def run_ladder(plan: LoadPlan, send: Send, hooks: LadderHooks = LadderHooks()
         if stop := stop or hooks.level_done(concurrency, metrics):
             return levels, stop.verdict
     return levels, None
+
+
+def measured_run(plan: LoadPlan, send: Send, hooks: LadderHooks, concurrency: int, repeat: int,
+                 ) -> tuple[LevelMetrics | None, Stop | None]:
+    """One measured run's metrics (and the hook's stop, if any). A run spoiled by the client's own
+    lag alone is measured again with fresh prompts, up to HARNESS_RETRIES times: the harness's
+    trouble must not make a config infeasible (`harness_retries` says how often it happened)."""
+    for attempt in range(HARNESS_RETRIES + 1):
+        seed = plan.seed + concurrency + 100_000 * repeat + 1_000_000 * attempt
+        run = send(build_prompts(plan, plan.requests_at(concurrency), seed), concurrency)
+        stop = hooks.run_done(concurrency, repeat, run)
+        if stop and not stop.keep_level:
+            return None, stop
+        summary = summarize_run(plan, concurrency, run)
+        if notes := hooks.run_notes(concurrency):
+            summary["invalid_reasons"], summary["valid"] = [*summary["invalid_reasons"], *notes], False
+        if stop or not spoiled_by_client(summary):
+            break
+    summary["harness_retries"] = attempt
+    return summary, stop
 
 
 def summarize_run(plan: LoadPlan, concurrency: int, run: LevelRun) -> LevelMetrics:

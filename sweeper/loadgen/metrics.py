@@ -37,6 +37,7 @@ MIN_CONCURRENCY_FRACTION = 0.95
 # tok/s and median ITL held their bounds (to ~19,000 tok/s), and passed 5 ms where TTFT ran 10+ ms
 # late (~29,000 tok/s and beyond).
 UNSTABLE_CV = 0.05
+CLIENT_LAGGED = "client lagged"
 # A measured run whose first round waited this many times longer for its first token than the
 # rounds after it (and at least STALL_MIN_S longer) met a one-time stall: a compile or first
 # allocation the warm-up did not reach (vLLM 0.24 on the H200: 760 ms against 72-118 ms at C=64)
@@ -149,10 +150,16 @@ def invalid_reasons(
         reasons.append(stall)
     if lag is not None and lag.p99_ms > max_client_lag_ms:
         reasons.append(
-            f"client lagged: event-loop p99 lag {lag.p99_ms:.1f} ms above "
+            f"{CLIENT_LAGGED}: event-loop p99 lag {lag.p99_ms:.1f} ms above "
             f"{max_client_lag_ms:g} ms (max {lag.max_ms:.1f} ms)"
         )
     return reasons
+
+
+def spoiled_by_client(metrics: dict) -> bool:
+    """Invalid for the client's own lag alone: the harness's fault, not the server's."""
+    reasons = metrics.get("invalid_reasons") or []
+    return bool(reasons) and all(r.startswith(CLIENT_LAGGED) for r in reasons)
 
 
 def first_round_stall(completed: Sequence[RequestSample], concurrency: int) -> str | None:

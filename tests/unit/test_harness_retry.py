@@ -1,0 +1,47 @@
+"""A run spoiled by the client's own lag is the harness's fault: measured again (fresh prompts),
+never the config's; a server's fault (a short reply) is not retried."""
+
+from sweeper.loadgen.client import LevelRun, RequestSample
+from sweeper.loadgen.lag import LagStats
+from sweeper.loadgen.ladder import HARNESS_RETRIES, LoadPlan, run_ladder
+
+
+def sample(start: float, tokens: int = 8) -> RequestSample:
+    times = [start + 0.01 + 0.003 * i for i in range(tokens)]
+    return RequestSample(ok=True, error="", start=start, ttft=0.01, chunk_times=times, chunk_tokens=[1] * tokens,
+                         end=times[-1], prompt_tokens=8, output_tokens=tokens, streamed_tokens=tokens,
+                         usage_reported=True, requested_output_tokens=8)
+
+
+def sender(lags: list[float], tokens: int = 8):
+    sent = []
+
+    def send(prompts, concurrency):
+        sent.append(prompts)
+        lag = lags[min(len(sent) - 1, len(lags) - 1)]
+        samples = [sample(0.031 * (i // concurrency), tokens) for i in range(len(prompts))]
+        return LevelRun(samples, 0.0, max(s.end for s in samples), LagStats(10, 0.1, lag, lag))
+    return send, sent
+
+
+PLAN = LoadPlan(concurrency=(2,), input_len=8, output_len=8, warmup_rounds=0, min_rounds=2)
+
+
+def test_a_lagged_run_is_measured_again_and_then_counts():
+    send, sent = sender([9.0, 1.0])
+    levels, _ = run_ladder(PLAN, send)
+    assert levels[2]["valid"] and levels[2]["harness_retries"] == 1
+    assert len(sent) == 2 and sent[0] != sent[1]  # fresh prompts: no prefix-cache hits on the retry
+
+
+def test_a_client_that_always_lags_is_retried_a_bounded_number_of_times():
+    send, sent = sender([9.0])
+    levels, _ = run_ladder(PLAN, send)
+    assert not levels[2]["valid"] and len(sent) == HARNESS_RETRIES + 1
+    assert all(r.startswith("client lagged") for r in levels[2]["invalid_reasons"])
+
+
+def test_a_fault_of_the_server_is_not_retried():
+    send, sent = sender([9.0], tokens=4)  # short replies, and the client lagged too
+    levels, _ = run_ladder(PLAN, send)
+    assert not levels[2]["valid"] and len(sent) == 1 and levels[2]["harness_retries"] == 0
