@@ -37,6 +37,9 @@ SGLANG_INFO = EngineInfo(
     readiness=Readiness(health_path="/health_generate",
                         ready_line="The server is fired up and ready to roll!"),
     signatures=SGLANG_SIGNATURES,
+    # server_args.py: expert parallelism (--ep-size) splits the TP group, it adds no GPUs
+    parallel_flags=(("--tp-size", "--tensor-parallel-size"), ("--dp-size", "--data-parallel-size"),
+                    ("--pp-size", "--pipeline-parallel-size")),
 )
 
 

@@ -47,6 +47,8 @@ VLLM_INFO = EngineInfo(
     # 0.24's JIT monitor, once per kernel after its warm-up: "Triton kernel JIT compilation during
     # inference: fused_moe_kernel. This causes a latency spike; ..." (a ~0.5 s stall on the H200)
     stall_lines=("JIT compilation during inference",),
+    parallel_flags=(("--tensor-parallel-size", "-tp"), ("--data-parallel-size", "-dp"),
+                    ("--pipeline-parallel-size", "-pp")),
 )
 
 
