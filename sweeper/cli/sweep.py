@@ -75,7 +75,8 @@ def _sweep_many(space_file: Path, space: Space, hosts: Path, host_names: list[st
     handle = create_study(name, space, space_file, first, known[first], results, storage, budget, sampler)
     for key, value in {"hosts": host_names, "heartbeat_s": heartbeat, "grace_s": grace}.items():
         handle.study.set_user_attr(key, value)
-    argvs = [worker_argv(name, str(hosts.resolve()), h, str(results.resolve()), gpu_set, seed, time_budget, OUTPUT.verbose)
+    argvs = [worker_argv(name, str(hosts.resolve()), h, str(results.resolve()), gpu_set, seed, time_budget,
+                         OUTPUT.verbose)
              for h in host_names for gpu_set in (known[h].gpu_sets or [None])]
     console.print(f"study [bold]{name}[/]: {len(argvs)} workers on {', '.join(host_names)}")
     codes = run_worker_processes(argvs, storage)
@@ -109,7 +110,8 @@ def worker(
         attrs = load_study(study, results, storage).user_attrs
         host_spec = load_host(hosts, host)
         if gpu_set is None and host_spec.gpu_sets:
-            argvs = [worker_argv(study, str(hosts.resolve()), host, str(results.resolve()), s, seed, time_budget, OUTPUT.verbose)
+            argvs = [worker_argv(study, str(hosts.resolve()), host, str(results.resolve()), s, seed, time_budget,
+                                 OUTPUT.verbose)
                      for s in host_spec.gpu_sets]
             codes = run_worker_processes(argvs, storage)
             raise typer.Exit(130 if 130 in codes else max(codes, default=0))
