@@ -43,3 +43,12 @@ def import_optional(module: str, extra: str, what: str):
 
 class InfraError(Exception):
     """A fault of the machinery (SSH drop, host busy), not of the config: the trial is retried."""
+
+
+class PortClash(InfraError):
+    """The server found one of its ports taken (its HTTP port or an internal one): a fault of the
+    host, not of the config. `port` is the --port it was launched on, which the retry avoids."""
+
+    def __init__(self, message: str, port: int):
+        super().__init__(message)
+        self.port = port

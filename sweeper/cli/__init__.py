@@ -1,6 +1,6 @@
 """The `sweeper` command: the only place that prints for the user and chooses exit codes.
 
-- app.py       the app: global options (--version, --quiet, --log-file) and every command, registered once
+- app.py       the app: global options (--version, --quiet, --verbose, --log-file) and every command, registered once
 - common.py    consoles, shared options, UserError -> exit code, SIGTERM/SIGHUP -> Ctrl-C, output settings
 - progress.py  a sweep's progress for people and logs, and how a run of trials ends
 - doctor.py    doctor: every check a sweep needs, without a launch

@@ -13,7 +13,7 @@ from sweeper.models.cli import models_app
 from sweeper.cli import load as load_commands, profile as profile_commands, results as results_commands
 from sweeper.cli.doctor import doctor
 from sweeper.cli import sim as sim_commands, sweep as sweep_commands, validate as validate_commands
-from sweeper.cli.common import OUTPUT
+from sweeper.cli.common import set_output, user_errors
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Find the fastest safe server configuration by measuring it.")
@@ -39,11 +39,14 @@ def options(
     version: bool = typer.Option(False, "--version", callback=print_version, is_eager=True,
                                  help="Print the version and exit."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines (tables and errors still print)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also the engine's log tail when a stage fails "
+                                 "or a server is slow to get ready, and SSH connects, reconnects and port forwards."),
     log_file: Optional[Path] = typer.Option(None, "--log-file", help="Also append every progress line, "
                                             "timestamped, to this file."),
 ) -> None:
     """Find the fastest safe server configuration by measuring it."""
-    OUTPUT.quiet, OUTPUT.log_file = quiet, log_file
+    with user_errors():
+        set_output(quiet, verbose, log_file)
 
 
 def main() -> None:

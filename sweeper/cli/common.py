@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import typer
 from rich.console import Console
@@ -19,13 +21,59 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 
 class Output:
-    """How much progress a command shows, and where else it goes (the app's --quiet, --log-file)."""
+    """How much progress a command shows, and where else it goes (the app's --quiet, --verbose,
+    --log-file)."""
 
     quiet = False
+    verbose = False
     log_file: Path | None = None
 
 
 OUTPUT = Output()
+
+
+def write_log_file(line: str) -> None:
+    """One progress line into --log-file, when one is given."""
+    if OUTPUT.log_file is not None:
+        with OUTPUT.log_file.open("a") as log:
+            log.write(line + "\n")
+
+
+class VerboseLines(logging.Handler):
+    """--verbose: the records of sweeper's own loggers (an engine's log tail when a stage fails or
+    it is slow to get ready, SSH connects, reconnects and port forwards) as progress lines: through
+    the running progress view (`sink`, its `note`), else timestamped on stderr and the log file."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.sink: Callable[[str], None] | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+        except Exception:  # noqa: BLE001 - a bad log call must not stop a sweep
+            self.handleError(record)
+            return
+        if self.sink is not None:
+            self.sink(text)
+            return
+        line = f"{datetime.now():%H:%M:%S} {text}"
+        err.print(line, highlight=False, markup=False, soft_wrap=True)
+        write_log_file(line)
+
+
+VERBOSE_LINES = VerboseLines()
+
+
+def set_output(quiet: bool, verbose: bool, log_file: Path | None) -> None:
+    """The app's output options; --verbose routes the `sweeper` loggers' INFO records to VERBOSE_LINES."""
+    if quiet and verbose:
+        raise UserError("--verbose and --quiet contradict each other: give one of them")
+    OUTPUT.quiet, OUTPUT.verbose, OUTPUT.log_file = quiet, verbose, log_file
+    logger = logging.getLogger("sweeper")
+    if verbose and VERBOSE_LINES not in logger.handlers:
+        logger.setLevel(logging.INFO)
+        logger.addHandler(VERBOSE_LINES)
 
 RESULTS_OPT = typer.Option(Path("results"), "--results", help="Folder holding one folder per study.")
 STORAGE_OPT = typer.Option(None, "--storage", envvar="SWEEPER_STORAGE",

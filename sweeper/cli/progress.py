@@ -4,13 +4,15 @@ and how a run of trials ends (the leaderboard, or how to resume after Ctrl-C).""
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import Iterator
 
 import typer
 from rich.live import Live
 
-from sweeper.cli.common import OUTPUT, console, err, interrupts_as_keyboard
+from sweeper.cli.common import OUTPUT, VERBOSE_LINES, console, err, interrupts_as_keyboard, write_log_file
 from sweeper.hosts import Host, open_host
 from sweeper.results.table import format_leaderboard_table
 from sweeper.search.study import StudyHandle, create_study, run_sweep
@@ -57,6 +59,9 @@ class RichEvents:
         self.live.console.print(f"  -> trial {number}: {summary}", highlight=False)
         self.live.update(self.render())
 
+    def note(self, text):  # a --verbose line (an engine's log tail, an SSH event)
+        self.live.console.print(text, highlight=False, markup=False, soft_wrap=True)
+
 
 class LineEvents:
     """Progress as timestamped plain lines, one per trial start, stage change, level result and
@@ -66,13 +71,11 @@ class LineEvents:
     def __init__(self, prefix: str | None = None, show: bool = True):
         self.prefix, self.show = (f"[{prefix}] " if prefix else ""), show
 
-    def say(self, text: str) -> None:
+    def say(self, text: str, wrap: bool = True) -> None:
         line = f"{datetime.now():%H:%M:%S} {self.prefix}{text}"
         if self.show and not OUTPUT.quiet:
-            console.print(line, highlight=False, markup=False)
-        if OUTPUT.log_file is not None:
-            with OUTPUT.log_file.open("a") as log:
-                log.write(line + "\n")
+            console.print(line, highlight=False, markup=False, soft_wrap=not wrap)
+        write_log_file(line)
 
     def trial_started(self, number, evaluation, budget, config):
         self.say(f"trial {number} (evaluation {evaluation} of {budget}): "
@@ -86,6 +89,9 @@ class LineEvents:
 
     def trial_finished(self, number, summary, best):
         self.say(f"  -> trial {number}: {summary}")
+
+    def note(self, text):
+        self.say(text, wrap=False)  # log lines as the engine wrote them
 
 
 class Both:
@@ -110,6 +116,20 @@ class Both:
         for listener in self.listeners:
             listener.trial_finished(number, summary, best)
 
+    def note(self, text):
+        for listener in self.listeners:
+            listener.note(text)
+
+
+@contextmanager
+def verbose_lines_to(events) -> Iterator[None]:
+    """--verbose lines go through `events` (its note) while it shows a run's progress."""
+    previous, VERBOSE_LINES.sink = VERBOSE_LINES.sink, events.note
+    try:
+        yield
+    finally:
+        VERBOSE_LINES.sink = previous
+
 
 def with_progress(handle: StudyHandle, host: Host, run) -> None:
     """Run trials with their progress shown (a live line on a terminal, else plain lines); Ctrl-C
@@ -118,9 +138,13 @@ def with_progress(handle: StudyHandle, host: Host, run) -> None:
         with interrupts_as_keyboard():
             if console.is_terminal and not OUTPUT.quiet:
                 with Live("starting", console=console, refresh_per_second=4, transient=True) as live:
-                    run(Both(RichEvents(live), LineEvents(show=False)))
+                    events = Both(RichEvents(live), LineEvents(show=False))
+                    with verbose_lines_to(events):
+                        run(events)
             else:
-                run(LineEvents())
+                events = LineEvents()
+                with verbose_lines_to(events):
+                    run(events)
     except KeyboardInterrupt:
         err.print(f"[yellow]interrupted:[/] the running server was stopped and the trial recorded. "
                   f"Continue with: sweeper resume {handle.name} --results {handle.results_dir}")

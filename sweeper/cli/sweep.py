@@ -9,8 +9,8 @@ from typing import List, Optional
 
 import typer
 
-from sweeper.cli.common import RESULTS_OPT, STORAGE_OPT, console, err, interrupts_as_keyboard, parse_duration, user_errors
-from sweeper.cli.progress import LineEvents, open_new_study, sweep_and_print
+from sweeper.cli.common import OUTPUT, RESULTS_OPT, STORAGE_OPT, console, err, interrupts_as_keyboard, parse_duration, user_errors
+from sweeper.cli.progress import LineEvents, open_new_study, sweep_and_print, verbose_lines_to
 from sweeper.errors import UserError
 from sweeper.hosts import open_host
 from sweeper.results.table import format_leaderboard_table
@@ -75,7 +75,8 @@ def _sweep_many(space_file: Path, space: Space, hosts: Path, host_names: list[st
     handle = create_study(name, space, space_file, first, known[first], results, storage, budget, sampler)
     for key, value in {"hosts": host_names, "heartbeat_s": heartbeat, "grace_s": grace}.items():
         handle.study.set_user_attr(key, value)
-    argvs = [worker_argv(name, str(hosts.resolve()), h, str(results.resolve()), gpu_set, seed, time_budget)
+    argvs = [worker_argv(name, str(hosts.resolve()), h, str(results.resolve()), gpu_set, seed, time_budget,
+                         OUTPUT.verbose)
              for h in host_names for gpu_set in (known[h].gpu_sets or [None])]
     console.print(f"study [bold]{name}[/]: {len(argvs)} workers on {', '.join(host_names)}")
     codes = run_worker_processes(argvs, storage)
@@ -109,7 +110,8 @@ def worker(
         attrs = load_study(study, results, storage).user_attrs
         host_spec = load_host(hosts, host)
         if gpu_set is None and host_spec.gpu_sets:
-            argvs = [worker_argv(study, str(hosts.resolve()), host, str(results.resolve()), s, seed, time_budget)
+            argvs = [worker_argv(study, str(hosts.resolve()), host, str(results.resolve()), s, seed, time_budget,
+                                 OUTPUT.verbose)
                      for s in host_spec.gpu_sets]
             codes = run_worker_processes(argvs, storage)
             raise typer.Exit(130 if 130 in codes else max(codes, default=0))
@@ -130,10 +132,12 @@ def worker(
             for note in recover_shared(optuna_study, book, connected, host, space.launch.stop_grace_s):
                 console.print(f"[{prefix}] recovery: {note}", highlight=False, markup=False)
             with interrupts_as_keyboard():
-                ran = run_worker(handle, connected, book, new_holder_id(), gpu_set, options, LineEvents(prefix),
-                                 seed, parse_duration(time_budget) if time_budget else None,
-                                 notify=lambda note: console.print(f"[{prefix}] recovery: {note}",
-                                                                   highlight=False, markup=False))
+                events = LineEvents(prefix)
+                with verbose_lines_to(events):
+                    ran = run_worker(handle, connected, book, new_holder_id(), gpu_set, options, events,
+                                     seed, parse_duration(time_budget) if time_budget else None,
+                                     notify=lambda note: console.print(f"[{prefix}] recovery: {note}",
+                                                                       highlight=False, markup=False))
             console.print(f"[{prefix}] done: {ran} trials run here", highlight=False, markup=False)
         except KeyboardInterrupt:
             err.print(f"[{prefix}] interrupted: the server was stopped and the trial recorded", highlight=False,

@@ -77,6 +77,11 @@ class Engine(Protocol):
     def build_launch_spec(self, space: Space, config: Mapping[str, Any], host: HostSpec,
                           port: int, python: str) -> LaunchSpec: ...
 
+    def bound_ports(self, spec: LaunchSpec) -> dict[int, str]:
+        """Every TCP port the server will bind on the host, each with what it is for: the
+        preflight checks all of them free before a launch."""
+        ...
+
     def served_model(self, space: Space) -> str:
         """The `model` every request names (a server pinned to its launch path refuses others)."""
         ...
@@ -115,6 +120,11 @@ class EngineAdapter:
                           port: int, python: str) -> LaunchSpec:
         argv = self.build_argv(space, config, port, python)
         return LaunchSpec(argv=tuple(argv), env=build_env(space, config, host), port=port)
+
+    def bound_ports(self, spec: LaunchSpec) -> dict[int, str]:
+        """Its --port, and the torch.distributed rendezvous port when the environment pins one;
+        adapters add the internal ports their engine derives or is told."""
+        return {spec.port: "--port", **env_ports(spec.env, {"MASTER_PORT": "MASTER_PORT (torch.distributed)"})}
 
     def served_model(self, space: Space) -> str:
         return space.model
@@ -155,6 +165,37 @@ def first_stall_line(text: str, stall_lines: Sequence[str]) -> str | None:
     if not stall_lines or not text:
         return None
     return next((line.strip() for line in text.splitlines() if any(s in line for s in stall_lines)), None)
+
+
+def argv_value(argv: Sequence[str], *flags: str) -> str | None:
+    """The value the last of `flags` takes in argv, as argparse reads it (`--f v` or `--f=v`; the
+    last one wins); '' for a bare flag, None where none is given."""
+    value = None
+    for index, item in enumerate(argv):
+        flag, equals, inline = item.partition("=")
+        if flag in flags:
+            following = argv[index + 1] if index + 1 < len(argv) else ""
+            value = inline if equals else ("" if following.startswith("-") else following)
+    return value
+
+
+def port_number(text: str | None) -> int | None:
+    """A port given as text (a flag's value, an env var), or None where it is none."""
+    return int(text) if text is not None and text.strip().isdigit() and 0 < int(text) < 65536 else None
+
+
+def flag_ports(argv: Sequence[str], flags: Mapping[tuple[str, ...], str]) -> dict[int, str]:
+    """The ports that port flags (each spelling -> what it is) set in argv."""
+    ports = {}
+    for spellings, what in flags.items():
+        if (port := port_number(argv_value(argv, *spellings))) is not None:
+            ports[port] = what
+    return ports
+
+
+def env_ports(env: Mapping[str, str], names: Mapping[str, str]) -> dict[int, str]:
+    """The ports that environment variables (name -> what it is) set."""
+    return {port: what for name, what in names.items() if (port := port_number(env.get(name))) is not None}
 
 
 def flag_args(flag: str, value: Any) -> list[str]:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from sweeper.spec.space import Space
 from sweeper.engines.base import (
-    EngineAdapter, EngineInfo, Readiness, Signature, space_flag_args,
+    EngineAdapter, EngineInfo, LaunchSpec, Readiness, Signature, argv_value, flag_ports, port_number,
+    space_flag_args,
 )
 
 # Exact substrings from SGLang's logs (../shared/reference/engines.md), each found in the 0.5.23
@@ -25,12 +26,44 @@ SGLANG_SIGNATURES = (
     # engines.md's "`is not available in ... seconds`" is too common a phrase to match on (model code
     # raises "... is not available in encoder-only mode"); 0.5.23's server_args raises this one:
     Signature("Port is already in use", "port_busy"),
-    Signature("address already in use", "port_busy"),  # uvicorn's bind error
+    Signature("address already in use", "port_busy"),  # uvicorn's bind error; torch's TCPStore (below)
+    # an internal port: ZMQ's bind ("zmq.error.ZMQError: Address already in use (addr='tcp://...')")
+    # and torch.distributed's rendezvous store ("DistNetworkError: The server socket has failed to
+    # listen on any local network address. port: 29500, useIPv6: 0, code: -98, name: EADDRINUSE, ...")
+    # (not the bare phrase: vLLM warns "Address already in use. Retrying with a new port." and goes on)
+    Signature("ZMQError: Address already in use", "port_busy"),
+    Signature("name: EADDRINUSE", "port_busy"),
     Signature("is only supported on", "unsupported"),
     Signature("Scheduler hit an exception", "child_crash"),
     Signature("Received sigquit from a child process", "child_crash"),
     Signature("Initialization failed", "child_crash"),
 )
+
+# sglang/srt/server_args.py, PortArgs.init_new (0.5.9 to 0.5.23): without DP attention the
+# tokenizer, scheduler and detokenizer talk over IPC files and only the NCCL port is TCP (random
+# and probed free unless --nccl-port pins it); with DP attention they are TCP ports from
+# dist_init_port = --port + 233 (or --dist-init-addr's port) up, in this order.
+ZMQ_TCP_PORT_DELTA = 233
+DP_ATTENTION_PORTS = ("dist_init_port", "port_base", "detokenizer_port", "rpc_port", "metrics_port",
+                      "scheduler_input_port")
+
+
+def uses_dp_attention(argv: Sequence[str]) -> bool:
+    """--enable-dp-attention, or (0.5.20 on, where it replaces that flag) --attn-dp-size above 1."""
+    return argv_value(argv, "--enable-dp-attention") is not None or (
+        port_number(argv_value(argv, "--attn-dp-size", "--attention-data-parallel-size")) or 1) > 1
+
+
+def sglang_internal_ports(argv: Sequence[str], port: int) -> dict[int, str]:
+    """The TCP ports an SGLang server started with `argv` binds besides --port `port`."""
+    ports = flag_ports(argv, {("--nccl-port",): "--nccl-port"})
+    if uses_dp_attention(argv):
+        dist_init = argv_value(argv, "--dist-init-addr", "--nccl-init-addr")
+        first = port_number(dist_init.rpartition(":")[2]) if dist_init else port + ZMQ_TCP_PORT_DELTA
+        for offset, name in enumerate(DP_ATTENTION_PORTS if first is not None else ()):
+            ports.setdefault(first + offset, f"{name} (DP attention)")
+    return ports
+
 
 SGLANG_INFO = EngineInfo(
     name="sglang",
@@ -61,3 +94,6 @@ class SGLangEngine(EngineAdapter):
 
     def build_argv(self, space: Space, config: Mapping[str, Any], port: int, python: str) -> list[str]:
         return build_sglang_argv(self.module, space, config, port, python)
+
+    def bound_ports(self, spec: LaunchSpec) -> dict[int, str]:
+        return {**super().bound_ports(spec), **sglang_internal_ports(spec.argv, spec.port)}

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from sweeper.spec.space import Space
-from sweeper.engines.base import EngineAdapter, EngineInfo, Readiness, Signature, space_flag_args
+from sweeper.engines.base import (EngineAdapter, EngineInfo, LaunchSpec, Readiness, Signature, env_ports,
+                                  flag_ports, space_flag_args)
 
 # Exact substrings from vLLM's sources and logs (engines.md; 0.33: vllm/v1/core/kv_cache_planning.py,
 # vllm/v1/worker/utils.py, vllm/v1/engine/utils.py; 0.24.0 as run on the H200:
@@ -26,6 +27,11 @@ VLLM_SIGNATURES = (
     Signature("NCCL error", "nccl"),
     Signature("NCCL WARN", "nccl"),
     Signature("address already in use", "port_busy"),  # uvicorn: [Errno 98] error while attempting to bind
+    # the engine core's ZMQ sockets ("zmq.error.ZMQError: Address already in use (addr='tcp://...')")
+    # and torch.distributed's store ("... code: -98, name: EADDRINUSE, message: address already in use")
+    # (not the bare phrase: vLLM warns "Address already in use. Retrying with a new port." and goes on)
+    Signature("ZMQError: Address already in use", "port_busy"),
+    Signature("name: EADDRINUSE", "port_busy"),
     Signature("is not supported on this device", "unsupported"),
     Signature("is not supported on the current device", "unsupported"),
     # 0.24: "ValueError: moe_backend='triton_unfused' is not supported for unquantized MoE": a
@@ -38,6 +44,17 @@ VLLM_SIGNATURES = (
     Signature(": error: argument", "invalid_argument"),  # "vllm serve: error: argument --x: invalid int value"
     Signature("Engine core initialization failed", "child_crash"),
 )
+
+# The internal ports a vLLM server can be told (0.33's `serve --help=all`); left unset it asks the
+# kernel for free ones (vllm/utils: get_open_port), except that VLLM_PORT makes that search start
+# at a fixed port and count up.
+VLLM_PORT_FLAGS = {
+    ("--grpc-port",): "--grpc-port",
+    ("--data-parallel-rpc-port", "-dpp"): "--data-parallel-rpc-port",
+    ("--data-parallel-supervisor-port",): "--data-parallel-supervisor-port",
+    ("--master-port",): "--master-port (torch.distributed)",
+}
+VLLM_PORT_ENV = {"VLLM_PORT": "VLLM_PORT (internal ports count up from it)"}
 
 VLLM_INFO = EngineInfo(
     name="vllm",
@@ -68,6 +85,10 @@ class VLLMEngine(EngineAdapter):
 
     def build_argv(self, space: Space, config: Mapping[str, Any], port: int, python: str) -> list[str]:
         return build_vllm_argv(self.module, space, config, port, python)
+
+    def bound_ports(self, spec: LaunchSpec) -> dict[int, str]:
+        return {**super().bound_ports(spec), **flag_ports(spec.argv, VLLM_PORT_FLAGS),
+                **env_ports(spec.env, VLLM_PORT_ENV)}
 
     def native_bench_argv(self, python: str, base_url: str, model: str, input_len: int, output_len: int,
                           requests: int, concurrency: int, seed: int, result_file: str) -> list[str]:

@@ -244,10 +244,10 @@ def check_shared_storage(url: str) -> None:
 # ---------------------------------------------------------------- worker processes
 
 def worker_argv(study: str, hosts_file: str, host: str, results: str, gpu_set: str | None = None,
-                seed: int | None = None, time_budget: str | None = None) -> list[str]:
+                seed: int | None = None, time_budget: str | None = None, verbose: bool = False) -> list[str]:
     """The `sweeper worker` command line for one host slot (the storage URL travels in the
     environment, SWEEPER_STORAGE, so its password never shows in `ps`)."""
-    argv = [sys.executable, "-m", "sweeper.cli", "worker", study, "--hosts", hosts_file, "--host", host,
+    argv = [sys.executable, "-m", "sweeper.cli", *(["--verbose"] if verbose else []), "worker", study, "--hosts", hosts_file, "--host", host,
             "--results", results]
     if gpu_set is not None:
         argv += ["--gpu-set", gpu_set]

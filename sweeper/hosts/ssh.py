@@ -37,6 +37,7 @@ from sweeper.hosts.forward import LocalForward
 from sweeper.hosts.launch_script import build_env_json, build_launch_script, build_remote_run_dir
 
 logging.getLogger("paramiko").addHandler(logging.NullHandler())  # failures reach the user as one line
+log = logging.getLogger(__name__)  # connects, reconnects, port forwards: what --verbose shows
 
 SWEEPER_KNOWN_HOSTS = "~/.sweeper/known_hosts"
 USER_KNOWN_HOSTS = "~/.ssh/known_hosts"
@@ -216,6 +217,9 @@ class SSHHost(AgentHost):
                 client.close()
             raise
         self._clients = clients
+        hops = self._jump_chain()
+        log.info("host %s: SSH connected to %s%s", self.name, self.target.display,
+                 f" through {', '.join(h.display for h in hops)}" if hops else "")
 
     def _open_hop_channel(self, jump: paramiko.SSHClient, hop: Target) -> Any:
         try:
@@ -243,11 +247,14 @@ class SSHHost(AgentHost):
                 client.close()
             self._clients = []
             self._disruption = f"host {self.name!r}: {why}; reconnected"
-            deadline = time.monotonic() + self.spec.reconnect_timeout_s
+            log.info("host %s: %s; reconnecting (for up to %.0fs)", self.name, why, self.spec.reconnect_timeout_s)
+            started = time.monotonic()
+            deadline = started + self.spec.reconnect_timeout_s
             delay = 0.25
             while True:
                 try:
                     self._connect_now()
+                    log.info("host %s: SSH reconnected after %.1fs", self.name, time.monotonic() - started)
                     return
                 except SSHConnectError as exc:
                     if not exc.transient or time.monotonic() + delay > deadline:
@@ -416,6 +423,8 @@ class SSHHost(AgentHost):
         with self._lock:
             if port not in self._forwards:
                 self._forwards[port] = LocalForward(self._open_forward_channel, ("127.0.0.1", port))
+                log.info("host %s: port forward 127.0.0.1:%d -> %s:%d (127.0.0.1 there)", self.name,
+                         self._forwards[port].port, self.target.hostname, port)
             return f"http://127.0.0.1:{self._forwards[port].port}"
 
     def _open_forward_channel(self, remote: tuple[str, int], peer: tuple[str, int]) -> Any:

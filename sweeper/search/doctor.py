@@ -54,7 +54,7 @@ def run_checks(space: Space, host_name: str, spec: HostSpec) -> list[Check]:
             Check("flags", False, "not checked: the engine is not installed", engine_check.fix)]
         checks.append(check_model_path(host, space.model))
         checks += check_gpus(host, spec)
-        checks.append(check_port(host, spec.base_port))
+        checks.append(check_ports(host, engine, space, spec, python))
         checks.append(check_disk(host, spec.work_dir))
         checks += seed_commands(engine, space, spec, python)
         return checks
@@ -153,12 +153,25 @@ def gpu_inventory(host: Host, snapshot: GpuSnapshot) -> str:
                      f"{g.used_mib} used, driver {names.get(g.index, ('?', '?'))[1]})" for g in snapshot.gpus)
 
 
-def check_port(host: Host, port: int) -> Check:
-    """The first candidate server port (engines such as SGLang derive their internal ports from it)."""
-    if host.port_is_free(port):
-        return Check("port", True, f"{port} is free on {host.name}")
-    return Check("port", False, f"{port} (the host's base_port) is in use on {host.name}",
-                 "stop what listens there, or set another base_port for the host")
+def check_ports(host: Host, engine: Engine, space: Space, spec: HostSpec, python: str) -> Check:
+    """Every port the server binds at the host's base_port (its HTTP port and the engine's internal
+    ones, for each seed's config): a taken one the preflight steps over to another base port,
+    unless the config pins it (--nccl-port and the like), which no other base port frees."""
+    ports: dict[int, str] = {}
+    for config in seed_configs(space):
+        ports.update(engine.bound_ports(engine.build_launch_spec(space, config, spec, spec.base_port, python)))
+    taken = [f"{p} ({what})" for p, what in sorted(ports.items()) if not host.port_is_free(p)]
+    listed = ", ".join(f"{p} ({what})" for p, what in sorted(ports.items()))
+    if taken:
+        return Check("ports", False, f"in use on {host.name}: {', '.join(taken)} (of {listed})",
+                     "stop what listens there, or set another base_port for the host (the preflight "
+                     "steps over a taken derived port, never over a pinned one)")
+    return Check("ports", True, f"free on {host.name}, including the engine's internal ones: {listed}")
+
+
+def seed_configs(space: Space) -> list[dict]:
+    """Each seed's full config (derived values added); with no seeds, the space's fixed part alone."""
+    return [with_derived(space, sampled_config(space, seed.params)) for seed in space.seeds] or [{}]
 
 
 def check_disk(host: Host, work_dir: str) -> Check:
@@ -177,8 +190,7 @@ def check_disk(host: Host, work_dir: str) -> Check:
 
 def seed_commands(engine: Engine, space: Space, spec: HostSpec, python: str) -> Iterator[Check]:
     """Each seed's exact command line at the base port, secrets masked."""
-    for seed in space.seeds:
-        config = with_derived(space, sampled_config(space, seed.params))
+    for seed, config in zip(space.seeds, seed_configs(space)):
         launch = engine.build_launch_spec(space, config, spec, spec.base_port, python)
         env = redact_env({k: v for k, v in launch.env.items() if spec.env.get(k) != v})  # the space's own
         exports = "".join(f"{k}={shlex.quote(v)} " for k, v in sorted(env.items()))

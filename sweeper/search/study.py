@@ -21,7 +21,7 @@ from sweeper.spec.space import Space, space_fingerprint
 from sweeper.engines import get_engine
 from sweeper.engines import installed
 from sweeper.engines.versions import deprecation_warnings
-from sweeper.errors import InfraError, UserError
+from sweeper.errors import InfraError, PortClash, UserError
 from sweeper.hosts import Host, ServerProcess
 from sweeper.hosts.gpu import MODEL_QUERY, GpuParseError, format_gpu_model
 from sweeper.trial.gate import OutputSample
@@ -263,14 +263,16 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents,
                                    trial_dir=trial_dir, reference_samples=reference_samples(study),
                                    on_stage=watch.on_stage, on_started=watch.on_started, on_level=watch.on_level,
                                    known_servers=lambda: study_servers(study, handle.host_name),
-                                   known_flags=known_flags)
+                                   known_flags=known_flags,
+                                   avoid_ports=frozenset(trial.user_attrs.get("avoid_ports", ())))
                 outcome = run_trial(ctx, config)
         except KeyboardInterrupt:
             trial.set_user_attr("interrupted", True)  # the server was stopped by run_trial's finally
             raise
         except InfraError as exc:
             trial.set_user_attr("infra_error", str(exc))
-            enqueue_retry(study, trial.number, trial.params, trial.user_attrs)
+            attrs = {**trial.user_attrs, **retry_attrs(exc, trial.user_attrs)}
+            enqueue_retry(study, trial.number, trial.params, attrs)
             raise
         values = record_outcome(handle, trial, config, outcome, trial_dir)
         events.trial_finished(trial.number, _summary(outcome, values), _best_value(study))
@@ -354,12 +356,20 @@ def _front_points(study: optuna.Study) -> list[tuple[int, float, float]]:
     return [(t.number, t.values[0], t.values[1]) for t in feasible_trials(study)]
 
 
+def retry_attrs(exc: InfraError, user_attrs: dict) -> dict:
+    """What the retry of a trial that failed with `exc` must know: after a port clash, the base
+    ports to stay off (the clashed one added to those its own retries already avoid)."""
+    if isinstance(exc, PortClash):
+        return {"avoid_ports": sorted({*user_attrs.get("avoid_ports", ()), exc.port})}
+    return {}
+
+
 def enqueue_retry(study: optuna.Study, number: int, params: dict, user_attrs: dict) -> bool:
     """Queue the config of a trial that failed for infrastructure reasons, at most MAX_RETRIES times."""
     attempt = int(user_attrs.get("attempt", 0)) + 1
     if attempt > MAX_RETRIES:
         return False
-    carried = {k: user_attrs[k] for k in ("seed",) if k in user_attrs}
+    carried = {k: user_attrs[k] for k in ("seed", "avoid_ports") if k in user_attrs}
     study.enqueue_trial(params, user_attrs={**carried, "retry_of": number, "attempt": attempt})
     return True
 

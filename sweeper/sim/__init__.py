@@ -16,6 +16,7 @@ on the case study in /work/shared/seed. Modules:
 - procs.py     the per-GPU scheduler children that survive a SIGKILLed parent (kill the group)
 - text.py      deterministic greedy tokens, garbage tokens
 - logs.py      SGLang-style log lines
+- ports.py     the internal ports SGLang binds besides --port (NCCL, DP attention), held while it lives
 
 The optimum (C=16, input 128, output 32): tp=8, ep=8 (ep = tp), moe_runner_backend
 flashinfer_mxfp4 (or auto, which resolves to it), moe_a2a_backend none, attention triton (or

@@ -47,6 +47,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--chunked-prefill-size", type=int, default=None)
     parser.add_argument("--max-running-requests", type=int, default=None)
     parser.add_argument("--random-seed", type=int, default=None)
+    # The ports SGLang binds besides --port (sim/ports.py binds them as it does)
+    parser.add_argument("--nccl-port", type=int, default=None)
+    parser.add_argument("--dist-init-addr", "--nccl-init-addr", dest="dist_init_addr", default=None)
+    parser.add_argument("--enable-dp-attention", action="store_true")
     # Accepted and ignored, as harness scripts commonly pass them.
     parser.add_argument("--trust-remote-code", action="store_true")
     parser.add_argument("--load-format", default="auto")

@@ -30,6 +30,7 @@ from sweeper.sim.boot import TIMES, Boot, BootFailed
 from sweeper.sim.config import SimConfig, sim_config_from
 from sweeper.sim.failures import SimFailure, failure_of
 from sweeper.sim.logs import SimLog
+from sweeper.sim.ports import PortTaken, bind_internal_ports
 from sweeper.sim.procs import terminate_children
 from sweeper.sim.profiler import ProfilerError, SimProfiler
 from sweeper.sim.scheduler import Jitter, Scheduler, SimRequest
@@ -304,11 +305,16 @@ def _port_is_free(host: str, port: int) -> bool:
     return True
 
 
-async def _serve(args: argparse.Namespace, cfg: SimConfig, failure: SimFailure | None) -> int:
+async def _serve(args: argparse.Namespace, cfg: SimConfig, failure: SimFailure | None,
+                 argv: Sequence[str] = ()) -> int:
     log = SimLog()
     if not _port_is_free(args.host, args.port):
         log.raw("Traceback (most recent call last):\n"
                 f"ValueError: port at {args.port} is not available in 30 seconds. Port is already in use.")
+        return 1
+    try:
+        internal = bind_internal_ports(argv, args.host, args.port, log)
+    except PortTaken:
         return 1
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -333,14 +339,17 @@ async def _serve(args: argparse.Namespace, cfg: SimConfig, failure: SimFailure |
         stopped.cancel()
         await server.close()
         terminate_children(children)
+        for sock in internal:
+            sock.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     cfg = sim_config_from(args, os.environ)
     _journal("start", args.port)
     try:
-        return asyncio.run(_serve(args, cfg, failure_of(cfg)))
+        return asyncio.run(_serve(args, cfg, failure_of(cfg), argv))
     except KeyboardInterrupt:
         return 0
     finally:

@@ -53,3 +53,4 @@ class TrialContext:
     on_level: Callable[[int, dict], "Failure | None"] = lambda level, metrics: None
     known_servers: Callable[[], list[ServerProcess]] = lambda: []  # this study's, for the GPU gate
     known_flags: Mapping[str, list[str] | None] | None = None  # the installed engine's --help
+    avoid_ports: frozenset[int] = frozenset()  # base ports a clash was seen on (a retried trial's)

@@ -4,12 +4,15 @@ and for a profile (profile/run.py) alike, and yields the ready server: where to 
 name they carry, the engine's request dialect and the watchdog's stall timeout.
 
 A config-caused failure is written into the caller's TrialOutcome (with each stage's seconds);
-only infrastructure faults raise (InfraError).
+only infrastructure faults raise (InfraError). A port found taken, the HTTP port or one of the
+engine's internal ones, is one (PortClash): the server is stopped and the trial retried on
+another port, the config never marked infeasible for it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import shlex
 import time
 import uuid
@@ -21,18 +24,23 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from sweeper.engines.base import EngineInfo, LaunchSpec, classify_log
 from sweeper.engines.flags import flag_problems
-from sweeper.errors import InfraError
+from sweeper.errors import InfraError, PortClash
 from sweeper.hosts.base import Host, ServerProcess, StopReport
 from sweeper.hosts.gate import check_gpus_before_launch, wait_gpus_released
 from sweeper.hosts.gpu import GpuSnapshot, gpus_needed
 from sweeper.loadgen.client import LoadgenError, complete, get_status
 from sweeper.loadgen.endpoints import RequestDialect
+from sweeper.outcomes import FailureKind
 from sweeper.redact import redact_env
 from sweeper.spec.rules import excluded_by_rule, violated_constraints
 from sweeper.spec.space import Launch, Space
 from sweeper.trial.context import Failure, TrialContext, TrialOutcome
 
 LOG_TAIL_LINES = 40
+CANDIDATE_PORTS, PORT_STEP = 2000, 10  # base ports tried from the host's base_port, spaced apart
+SLOW_READY_LOG_S = 60.0  # a server not ready after this long has its log tail logged (--verbose)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -78,6 +86,39 @@ def launched_server(ctx: TrialContext, config: Mapping[str, Any], outcome: Trial
         yield _ready_or_none(ctx, outcome, timer, proc, port, argv, gpus)
     finally:
         _stop_and_release(ctx, outcome, timer, proc, port, gpu_baseline, on_stopped)
+    if outcome.failure is not None:
+        log_failure_tail(ctx, proc, outcome.failure)
+    if outcome.failure is not None and outcome.failure.kind == FailureKind.PORT_BUSY:
+        raise port_clash(ctx.host.name, port, outcome.failure)
+
+
+def log_failure_tail(ctx: TrialContext, proc: ServerProcess, failure: Failure) -> None:
+    """--verbose: the failed stage with the end of the engine's log (read only when it is shown)."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    tail = failure.log_tail or read_log_tail(ctx.host, proc)
+    log.info("trial %s on %s: %s failed (%s): %s; %s ends:\n%s", ctx.trial_dir.name, ctx.host.name, failure.stage,
+             failure.kind, failure.message, proc.log_path, indent_lines(tail))
+
+
+def read_log_tail(host: Host, proc: ServerProcess, lines: int = LOG_TAIL_LINES) -> str:
+    watch = LogWatch(host, proc)
+    while watch.poll():
+        pass
+    return watch.tail(lines)
+
+
+def indent_lines(text: str) -> str:
+    return "\n".join(f"    | {line}" for line in text.splitlines()) or "    | (empty)"
+
+
+def port_clash(host_name: str, port: int, failure: Failure) -> PortClash:
+    """The infrastructure fault a port_busy start-up is, naming the engine's own line."""
+    lines = [line.strip() for line in failure.log_tail.splitlines() if line.strip()]
+    said = next((line for line in reversed(lines) if "in use" in line or "EADDRINUSE" in line),
+                lines[-1] if lines else "")
+    return PortClash(f"host {host_name!r}: a port of the server launched on --port {port} was taken "
+                     f"({failure.message}{': ' + said if said else ''}); retried on another port", port)
 
 
 def _start_checked(ctx: TrialContext, config: Mapping[str, Any], outcome: TrialOutcome, timer: Callable,
@@ -86,17 +127,24 @@ def _start_checked(ctx: TrialContext, config: Mapping[str, Any], outcome: TrialO
     """Preflight, GPU gate, flag check, launch: the process, its port, the GPUs' baseline and its
     argv, or None with the failure in the outcome."""
     space = ctx.space
+    python = ctx.host.python()
+
+    def spec_at(port: int) -> LaunchSpec:
+        spec = ctx.engine.build_launch_spec(space, config, ctx.host_spec, port, python)
+        if extra_env or extra_argv:  # e.g. what switches the profiler on
+            spec = LaunchSpec(argv=(*spec.argv, *extra_argv), env={**spec.env, **extra_env}, port=spec.port)
+        return spec
+
     with timer("preflight"):
-        port_or_failure = preflight(space, config, ctx.host, ctx.host_spec.base_port)
+        port_or_failure = preflight(space, config, ctx.host, ctx.host_spec.base_port,
+                                    lambda port: ctx.engine.bound_ports(spec_at(port)), ctx.avoid_ports)
         gpu_baseline = None if isinstance(port_or_failure, Failure) else check_gpus_before_launch(
             ctx.host, ctx.host_spec, ctx.known_servers(), space.launch.stop_grace_s)
     if isinstance(port_or_failure, Failure):
         outcome.failure = port_or_failure
         return None
     port = port_or_failure
-    spec = ctx.engine.build_launch_spec(space, config, ctx.host_spec, port, ctx.host.python())
-    if extra_env or extra_argv:  # e.g. what switches the profiler on
-        spec = LaunchSpec(argv=(*spec.argv, *extra_argv), env={**spec.env, **extra_env}, port=spec.port)
+    spec = spec_at(port)
     if ctx.known_flags is not None and (problems := flag_problems(
             spec.argv, ctx.known_flags, ctx.engine.checks_short_flags, ctx.engine.flag_family)):
         outcome.failure = Failure("preflight", "unsupported_flag", "; ".join(problems))
@@ -142,17 +190,38 @@ def _stop_and_release(ctx: TrialContext, outcome: TrialOutcome, timer: Callable,
 
 # ---------------------------------------------------------------- the stages
 
-def preflight(space: Space, config: Mapping[str, Any], host: Host, base_port: int) -> Failure | int:
-    """A free port for the server, or the failure that means no launch is needed."""
+def preflight(space: Space, config: Mapping[str, Any], host: Host, base_port: int,
+              ports_at: Callable[[int], Mapping[int, str]] = lambda port: {port: "--port"},
+              avoid: frozenset[int] = frozenset()) -> Failure | int:
+    """A base port at which every port the server will bind (`ports_at`: the engine's bound_ports
+    for the config launched there) is free on the host, or the failure that means no launch is
+    needed. `avoid`: base ports a clash was seen on (a retried trial's)."""
     if reason := excluded_by_rule(space, config):
         return Failure("preflight", "rule", reason)
     broken = violated_constraints(space, config)
     if broken:
         return Failure("preflight", "constraint", "violates: " + "; ".join(broken))
-    for port in range(base_port, base_port + 2000, 10):  # spaced: engines derive ports from --port
-        if host.port_is_free(port):
+    return free_base_port(host, base_port, ports_at, avoid)
+
+
+def free_base_port(host: Host, base_port: int, ports_at: Callable[[int], Mapping[int, str]],
+                   avoid: frozenset[int] = frozenset()) -> int:
+    """The first candidate base port whose ports are all free; an InfraError when a port the
+    config pins (the same at every base port, e.g. --nccl-port) is taken, or none is free."""
+    moved = [ports_at(base_port + shift) for shift in (1, 1000)]  # a derived port moves with the base
+    pinned = {p: what for p, what in ports_at(base_port).items() if all(p in other for other in moved)}
+    if taken := [f"{p} ({what})" for p, what in pinned.items() if not host.port_is_free(p)]:
+        raise InfraError(f"host {host.name!r}: port {', '.join(taken)} is in use, and the config pins it")
+    for port in range(base_port, base_port + CANDIDATE_PORTS, PORT_STEP):  # spaced: engines derive ports
+        if port in avoid:
+            continue
+        wanted = ports_at(port)
+        if all(host.port_is_free(p) for p in wanted if p not in pinned):
+            log.debug("host %s: base port %d, ports free: %s", host.name, port,
+                      ", ".join(f"{p} ({what})" for p, what in wanted.items()))
             return port
-    raise InfraError(f"no free port in {base_port}..{base_port + 2000} on {host.name}")
+    raise InfraError(f"no base port in {base_port}..{base_port + CANDIDATE_PORTS} on {host.name} "
+                     "with all the server's ports free")
 
 
 def write_launch_files(trial_dir: Path, spec: LaunchSpec) -> None:
@@ -220,6 +289,8 @@ def wait_ready(host: Host, proc: ServerProcess, info: EngineInfo, port: int, mod
     deadline = started + launch_cfg.ready_timeout_s
     watch = LogWatch(host, proc)
     base_url = host.base_url(port)
+    slow_every = min(SLOW_READY_LOG_S, launch_cfg.ready_timeout_s / 4)
+    next_slow_note = started + slow_every
     while True:
         watch.poll()
         if crashed := _crashed(host, proc, info, watch):
@@ -237,6 +308,10 @@ def wait_ready(host: Host, proc: ServerProcess, info: EngineInfo, port: int, mod
                             watch.tail())
         if now >= deadline:
             return TimedOut("timeout", f"not ready after {launch_cfg.ready_timeout_s:.0f}s", watch.tail())
+        if now >= next_slow_note:  # --verbose: what a slow start-up is doing
+            log.info("%s: server on port %d not ready after %.0fs (of %.0fs); %s ends:\n%s", host.name, port,
+                     now - started, launch_cfg.ready_timeout_s, proc.log_path, indent_lines(watch.tail(10)))
+            next_slow_note = now + slow_every
         time.sleep(launch_cfg.poll_interval_s)
 
 

@@ -47,7 +47,7 @@ def test_a_healthy_setup_passes_every_check(doctor, ssh_home):
     assert problems(checks) == set()
     names = [c["name"] for c in checks]
     for name in ("connection", "python", "engine", "flags: fixed", "flags: moe_runner_backend", "model",
-                 "gpus", "gpus: free", "port", "disk", "seed baseline", "seed garbage"):
+                 "gpus", "gpus: free", "ports", "disk", "seed baseline", "seed garbage"):
         assert name in names
     by_name = {c["name"]: c["detail"] for c in checks}
     assert by_name["engine"].startswith("sim ")
@@ -115,7 +115,25 @@ def test_a_busy_base_port(doctor, ssh_home):
         listener.listen()
         result, checks = doctor()
     assert result.returncode == 1
-    assert problems(checks) == {"port"}
+    assert problems(checks) == {"ports"}
+
+
+def test_a_busy_internal_port_of_the_engine(doctor, ssh_home):
+    """With DP attention SGLang (and the sim) binds --port + 233 .. + 238: a listener on the
+    detokenizer's port is named, though the HTTP port itself is free."""
+    space = TINY_SPACE.replace("fixed_flags: {", "fixed_flags: {--enable-dp-attention: true, ")
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", doctor.base_port + 235))
+        listener.listen()
+        result, checks = doctor(space)
+    assert result.returncode == 1
+    assert problems(checks) == {"ports"}
+    detail = next(c["detail"] for c in checks if c["name"] == "ports")
+    assert f"{doctor.base_port + 235} (detokenizer_port (DP attention))" in detail.split("(of")[0]
+    healthy, checks = doctor(space)
+    detail = next(c["detail"] for c in checks if c["name"] == "ports")
+    assert healthy.returncode == 0 and "including the engine's internal ones" in detail
+    assert f"{doctor.base_port} (--port), {doctor.base_port + 233} (dist_init_port (DP attention))" in detail
 
 
 def test_an_unknown_host_key_is_a_problem_line_not_a_traceback(doctor, monkeypatch):

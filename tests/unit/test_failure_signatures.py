@@ -78,6 +78,17 @@ Traceback (most recent call last):
   File "/usr/local/lib/python3.12/dist-packages/sglang/srt/server_args.py", line 886, in __post_init__
 ValueError: Port is already in use. dist_init_port=30233 port_base=30000 detokenizer_port=30235 nccl_port=30236 scheduler_input_port=30237"""),
     "uvicorn bind": ("port_busy", "ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): address already in use"),
+    # internal ports: pyzmq's bind error (sgl-project/sglang#9396) and torch.distributed's store on the
+    # NCCL port (as torch 2.x words it, vllm-project/vllm#39015)
+    "zmq bind": ("port_busy", f"""\
+{TS} Scheduler hit an exception: Traceback (most recent call last):
+  File "zmq/backend/cython/_zmq.py", line 1009, in zmq.backend.cython._zmq.Socket.bind
+zmq.error.ZMQError: Address already in use (addr='tcp://127.0.0.1:30235')
+{SIGQUIT}"""),
+    "torch store": ("port_busy", f"""\
+{TS} Scheduler hit an exception: Traceback (most recent call last):
+torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use
+{SIGQUIT}"""),
     "unsupported": ("unsupported", f"""\
 {TS} Scheduler hit an exception: Traceback (most recent call last):
 AssertionError: fa3 attention backend is only supported on sm_90/sm_100 (this GPU is sm_120)
@@ -97,6 +108,10 @@ RuntimeError: Engine core initialization failed. See root cause above. Failed co
     "nccl": ("nccl", "(Worker_TP1 pid=4250) torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3356, unhandled system error"),
     "port": ("port_busy", "(APIServer pid=4200) ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 8000): address already in use"),
     "unsupported": ("unsupported", "(EngineCore_DP0 pid=4242) AssertionError: FlashAttnMLA is not supported on this device"),
+    "engine core zmq": ("port_busy", """\
+(APIServer pid=4200)   File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core_client.py", line 465, in __init__
+(APIServer pid=4200) zmq.error.ZMQError: Address already in use (addr='tcp://127.0.0.1:5570')"""),
+    "master port": ("port_busy", "(Worker_TP0 pid=4250) torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. port: 29501, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use"),
     "nccl watchdog": ("nccl", "(Worker_TP1 pid=4250) [rank1]:[E ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=812, OpType=ALLREDUCE) ran for 600041 milliseconds before timing out."),
     "nccl warn": ("nccl", "(Worker_TP1 pid=4250) gpu-box:4250:4291 [1] NCCL WARN Cuda failure 'peer access is not supported between these two devices'"),
     "unsupported here": ("unsupported", "(EngineCore_DP0 pid=4242) ValueError: b12x paged attention is not supported on the current device"),
