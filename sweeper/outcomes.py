@@ -96,6 +96,7 @@ class LevelMetrics(TypedDict, total=False):
     median_e2e_latency_ms: float
     concurrency: float  # achieved
     max_concurrent_requests: int | None  # the target (None: open loop)
+    achieved_request_rate: float | None  # open loop: requests/s actually sent (loadgen/ladder.py)
     time_scale: float
     client_lag_median_ms: float | None
     client_lag_p99_ms: float | None
