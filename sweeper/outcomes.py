@@ -63,7 +63,10 @@ class FailureKind(StrEnum):
 
 ThroughputMetric = Literal["output_throughput", "total_throughput", "request_throughput"]
 LatencyMetric = Literal["median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "median_e2e_latency_ms"]
-MetricName = Literal[ThroughputMetric, LatencyMetric]
+# The SLO capacity objective (loadgen/capacity.py): the highest load within the space's `slo:`.
+CapacityMetric = Literal["max_load_within_slo"]
+CAPACITY_METRIC = "max_load_within_slo"
+MetricName = Literal[ThroughputMetric, LatencyMetric, CapacityMetric]
 THROUGHPUT_METRICS: tuple[str, ...] = get_args(ThroughputMetric)
 LATENCY_METRICS: tuple[str, ...] = get_args(LatencyMetric)
 

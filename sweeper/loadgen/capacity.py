@@ -28,9 +28,13 @@ class CapacitySlo:
             raise ValueError("a capacity search needs an SLO: p99_ttft_ms, p99_tpot_ms or both")
 
     def broken_by(self, metrics: Mapping[str, Any]) -> list[str]:
-        """Why a level does not hold the SLO (empty: it holds). An invalid level or a missing
-        latency never holds."""
-        reasons = [] if metrics.get("valid", True) else ["invalid level"]
+        """Why a level does not hold the SLO (empty: it holds). A level with a failed request or
+        without the latency never holds. The level's other validity rules (loadgen/metrics.py) are
+        recorded beside the verdict, not part of it: a client that lagged only raised the latency
+        (the verdict errs low), and a client that kept fewer than C in flight (its turnaround on a
+        busy machine, the drain at the end) offered a little less load than C."""
+        failed = metrics.get("failed") or 0
+        reasons = [f"{failed} request(s) failed"] if failed else []
         for name, limit in (("p99_ttft_ms", self.p99_ttft_ms), ("p99_tpot_ms", self.p99_tpot_ms)):
             value = metrics.get(name)
             if limit is None:

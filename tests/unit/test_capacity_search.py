@@ -46,12 +46,12 @@ def test_both_slos_the_tighter_one_binds():
     assert find_capacity(measure, CapacitySlo(p99_ttft_ms=55, p99_tpot_ms=100)).capacity == 5
 
 
-def test_an_invalid_level_never_holds():
+def test_a_level_with_failed_requests_never_holds_and_other_validity_is_no_verdict():
     def measure(c):
-        return {"valid": c < 7, "p99_ttft_ms": 1.0}
+        return {"valid": c < 5, "failed": int(c >= 7), "p99_ttft_ms": 1.0}
     found = find_capacity(measure, CapacitySlo(p99_ttft_ms=100))
     assert found.capacity == 6
-    assert "invalid level" in next(t for t in found.levels if t.load == 7).reasons
+    assert next(t for t in found.levels if t.load == 7).reasons == ["1 request(s) failed"]
 
 
 def test_rate_capacity_to_a_fraction():
