@@ -43,10 +43,13 @@ def wait_port(port: int, timeout_s: float = 30.0) -> None:
 
 
 @contextmanager
-def refserver(ttft_ms: float, gap_ms: float, cpu: int | None = None) -> Iterator[str]:
+def refserver(ttft_ms: float, gap_ms: float, cpu: int | None = None, max_batch: int | None = None
+              ) -> Iterator[str]:
     port = free_port()
     argv = [sys.executable, str(ROOT / "bench" / "refserver.py"), "--port", str(port),
             "--ttft-ms", str(ttft_ms), "--gap-ms", str(gap_ms)]
+    if max_batch is not None:
+        argv += ["--max-batch", str(max_batch)]
     if cpu is not None:
         argv += ["--cpu", str(cpu)]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)

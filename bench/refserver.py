@@ -1,11 +1,14 @@
 """Reference streaming server with exactly known token timing (raw sockets on asyncio's loop).
 
-    python bench/refserver.py --port 32100 --ttft-ms 20 --gap-ms 5 [--cpu 1]
+    python bench/refserver.py --port 32100 --ttft-ms 20 --gap-ms 5 [--max-batch B] [--cpu 1]
 
 POST /v1/completions or /v1/chat/completions (stream: true): the first token is written TTFT after
 the request arrived, then one token every GAP, until max_tokens; every write is scheduled on an
 absolute deadline of the loop's monotonic clock (loop.call_at), so timing errors do not
-accumulate. A request's arrival is the kernel's receive stamp (RefConnection says why); a write's
+accumulate. With --max-batch B, at most B streams are served at once and the others wait in
+arrival order (FIFO) for a slot, so the queueing is known exactly: a request's TTFT is its wait plus
+TTFT, its slot is busy TTFT + (max_tokens - 1) * GAP (bench/capacity_search.py computes the true
+SLO capacity from that). A request's arrival is the kernel's receive stamp (RefConnection says why); a write's
 time is taken right before its send. Linux only (SO_TIMESTAMPNS). Each token is one SSE event of OpenAI's shape; then the usage event and [DONE].
 GET /stats returns (and resets) how late the server's own writes were: its truth is only as good
 as that. GET /v1/models and /health answer for clients that probe first (guidellm).
@@ -46,8 +49,10 @@ def _json_response(obj: dict) -> bytes:
 class Timing:
     """The nominal timing, and what the server actually did (its truth, recorded per write)."""
 
-    def __init__(self, ttft_s: float, gap_s: float) -> None:
-        self.ttft_s, self.gap_s = ttft_s, gap_s
+    def __init__(self, ttft_s: float, gap_s: float, max_batch: int | None = None) -> None:
+        self.ttft_s, self.gap_s, self.max_batch = ttft_s, gap_s, max_batch
+        self.busy = 0
+        self.waiting: list = []  # streams due a slot, in arrival order
         self.lateness_s: list[float] = []
         self.ttfts_s: list[float] = []  # first token write - request read
         self.gaps_s: list[float] = []  # between consecutive token writes of one stream
@@ -66,8 +71,27 @@ class Timing:
             "ttft_median_ms": ms(self.ttfts_s, 50), "gap_median_ms": ms(self.gaps_s, 50),
             "span_s": max(self.last_write - self.first_read, 0.0),
         }
-        self.__init__(self.ttft_s, self.gap_s)
+        busy, waiting = self.busy, self.waiting
+        self.__init__(self.ttft_s, self.gap_s, self.max_batch)
+        self.busy, self.waiting = busy, waiting  # streams in flight keep their slots
         return stats
+
+    def admit(self, stream: "_Stream") -> None:
+        """Start the stream now if a slot is free, else queue it."""
+        if self.max_batch is None or self.busy < self.max_batch:
+            self.busy += 1
+            stream.schedule(stream.proto.loop.time())
+        else:
+            self.waiting.append(stream)
+
+    def release(self) -> None:
+        """A stream ended: its slot goes to the longest-waiting open one."""
+        self.busy -= 1
+        while self.waiting and self.busy < (self.max_batch or 1 << 30):
+            stream = self.waiting.pop(0)
+            if not stream.proto.closed:
+                self.busy += 1
+                stream.schedule(stream.proto.loop.time())
 
 
 def _arrival(ancillary: list, now_mono: float, now_real: float) -> float:
@@ -186,7 +210,11 @@ class RefConnection:
         self.timing.first_read = min(self.timing.first_read, start)
         stream = _Stream(self, n, chat, prompt_tokens, bool(options.get("include_usage")),
                          bool(options.get("continuous_usage_stats")))
-        stream.schedule(start)
+        if self.timing.max_batch is None:
+            stream.schedule(start)  # no batch limit: served from the kernel's receive stamp
+        else:
+            stream.arrived = start
+            self.timing.admit(stream)
 
 
 class _Stream:
@@ -197,6 +225,7 @@ class _Stream:
         self.proto, self.n, self.chat = proto, n, chat
         self.prompt_tokens, self.usage, self.per_chunk_usage = prompt_tokens, usage, per_chunk_usage
         self.k = 0
+        self.arrived: float | None = None  # with a batch limit: when it came, before its wait
         kind = "chat.completion.chunk" if chat else "text_completion"
         self.head = {"id": "cmpl-ref", "object": kind, "created": 0, "model": "ref"}
 
@@ -208,6 +237,8 @@ class _Stream:
     def write_token(self) -> None:
         proto = self.proto
         if proto.closed:
+            if proto.timing.max_batch is not None:
+                proto.timing.release()
             return
         k = self.k + 1
         last = k == self.n
@@ -225,7 +256,7 @@ class _Stream:
         timing = proto.timing
         timing.lateness_s.append(now - self.deadline)
         if self.k == 0:
-            timing.ttfts_s.append(now - self.start)
+            timing.ttfts_s.append(now - (self.start if self.arrived is None else self.arrived))
         else:
             timing.gaps_s.append(now - self.previous)
         self.previous = now
@@ -233,6 +264,8 @@ class _Stream:
         timing.last_write = max(timing.last_write, now)
         self.k = k
         proto.write(data)
+        if last and timing.max_batch is not None:
+            timing.release()
         if not last:
             self.deadline = self.start + timing.ttft_s + k * timing.gap_s
             proto.loop.call_at(self.deadline, self.write_token)
@@ -268,11 +301,12 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=32100)
     parser.add_argument("--ttft-ms", type=float, default=20.0)
     parser.add_argument("--gap-ms", type=float, default=5.0)
+    parser.add_argument("--max-batch", type=int, default=None, help="at most this many streams at once")
     parser.add_argument("--cpu", type=int, default=None, help="pin to this core")
     args = parser.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
-    asyncio.run(serve(args.port, Timing(args.ttft_ms / 1000, args.gap_ms / 1000)))
+    asyncio.run(serve(args.port, Timing(args.ttft_ms / 1000, args.gap_ms / 1000, args.max_batch)))
 
 
 if __name__ == "__main__":

@@ -65,7 +65,10 @@ ThroughputMetric = Literal["output_throughput", "total_throughput", "request_thr
 # Fair comparisons (maximised, like a throughput): per GPU the config uses, and per user (1 / TPOT)
 FairnessMetric = Literal["output_throughput_per_gpu", "output_throughput_per_user"]
 LatencyMetric = Literal["median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "median_e2e_latency_ms"]
-MetricName = Literal[ThroughputMetric, FairnessMetric, LatencyMetric]
+# The SLO capacity objective (loadgen/capacity.py): the highest load within the space's `slo:`.
+CapacityMetric = Literal["max_load_within_slo"]
+CAPACITY_METRIC = "max_load_within_slo"
+MetricName = Literal[ThroughputMetric, FairnessMetric, LatencyMetric, CapacityMetric]
 THROUGHPUT_METRICS: tuple[str, ...] = get_args(ThroughputMetric)
 FAIRNESS_METRICS: tuple[str, ...] = get_args(FairnessMetric)
 LATENCY_METRICS: tuple[str, ...] = get_args(LatencyMetric)
@@ -99,6 +102,7 @@ class LevelMetrics(TypedDict, total=False):
     median_e2e_latency_ms: float
     concurrency: float  # achieved
     max_concurrent_requests: int | None  # the target (None: open loop)
+    achieved_request_rate: float | None  # open loop: requests/s actually sent (loadgen/ladder.py)
     time_scale: float
     client_lag_median_ms: float | None
     client_lag_p99_ms: float | None

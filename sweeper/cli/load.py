@@ -19,13 +19,17 @@ def load(
     output_len: int = typer.Option(32, "--output-len", min=2),
     requests_per_level: int = typer.Option(0, "--requests-per-level", min=0,
                                            help="At least this many requests per level (and at least 2 rounds of C)."),
+    min_rounds: int = typer.Option(2, "--min-rounds", min=1,
+                                   help="And at least this many rounds of C requests per level (more: a shorter "
+                                        "drain at the end, so a queueing server's level stays valid)."),
     model: Optional[str] = typer.Option(None, "--model", help="Model name (default: the first of /v1/models)."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write one object per level (bench_serving key names)."),
     api: str = typer.Option("completions", "--api", help="completions (token-id prompts), chat (text prompts) or generate (SGLang's native /generate)."),
     engine: Optional[str] = typer.Option(None, "--engine", help="Send what this engine's server accepts (its endpoint and fields; replaces --api), e.g. transformers."),
     repeats: int = typer.Option(1, "--repeats", min=1, help="Measured runs per level; the median is kept."),
-    request_rate: Optional[float] = typer.Option(None, "--request-rate", min=0.0,
-                                                 help="Open loop at this many requests/s (Poisson unless --fixed-rate)."),
+    request_rate: Optional[float] = typer.Option(None, "--request-rate", "--rate", min=0.0,
+                                                 help="Open loop at this many requests/s (Poisson unless --fixed-rate); "
+                                                      "with --find-capacity, search the rate from here."),
     fixed_rate: bool = typer.Option(False, "--fixed-rate", help="Evenly spaced sends instead of Poisson."),
     slo_ttft_ms: Optional[float] = typer.Option(None, "--slo-ttft-ms", help="TTFT SLO for goodput."),
     slo_tpot_ms: Optional[float] = typer.Option(None, "--slo-tpot-ms", help="TPOT SLO for goodput."),
@@ -37,6 +41,20 @@ def load(
     stall_timeout: Optional[float] = typer.Option(None, "--stall-timeout", help="No byte for this long: the request stalled."),
     time_scale: float = typer.Option(1.0, "--time-scale", help="The simulator's wall/modelled clock ratio."),
     seed: int = typer.Option(0, "--seed"),
+    max_client_lag_ms: float = typer.Option(5.0, "--max-client-lag-ms", min=0.0,
+                                            help="Client event-loop p99 lag above this: the level is invalid "
+                                                 "(raise it on a shared, busy machine)."),
+    find_capacity: bool = typer.Option(False, "--find-capacity", help="Search the highest concurrency (or rate, "
+                                       "with --rate) within the --slo-p99-* SLO: doubling, then bisection."),
+    slo_p99_ttft_ms: Optional[float] = typer.Option(None, "--slo-p99-ttft-ms", min=0.0, help="Capacity SLO: p99 TTFT."),
+    slo_p99_tpot_ms: Optional[float] = typer.Option(None, "--slo-p99-tpot-ms", min=0.0, help="Capacity SLO: p99 TPOT."),
+    max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", min=1,
+                                                  help="Capacity search: the ceiling (default 256); with --rate, "
+                                                       "the cap on requests in flight (default none)."),
+    max_rate: float = typer.Option(1000.0, "--max-rate", min=0.0, help="Rate capacity search: the ceiling."),
+    resolution: Optional[float] = typer.Option(None, "--resolution", min=0.0,
+                                               help="Capacity search: stop within this (concurrency: 1; rate: "
+                                                    "this fraction of the rate, 0.05)."),
 ) -> None:
     """Measure a running server with sweeper's client and metrics; launches nothing."""
     from sweeper.loadgen.client import StreamOptions
@@ -49,9 +67,10 @@ def load(
         model = model or _discovered_model(url)
         plan = LoadPlan(
             concurrency=levels, input_len=input_len, output_len=output_len,
-            requests_per_level=requests_per_level, repeats=repeats, seed=seed,
+            requests_per_level=requests_per_level, min_rounds=min_rounds, repeats=repeats, seed=seed,
             request_rate=request_rate or None, poisson=not fixed_rate,
             slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, time_scale=time_scale,
+            max_client_lag_ms=max_client_lag_ms,
             tokenizer=tokenizer_from_file(str(tokenizer)) if tokenizer else None,
             vocab_size=local_vocab_size(model),
             options=StreamOptions(api=api_name, timeout_s=timeout, stall_timeout_s=stall_timeout,
@@ -59,6 +78,13 @@ def load(
         )
         if engine is not None:
             plan = _fitted_to_engine(plan, engine)
+        if find_capacity:
+            _find_capacity(url, model, plan, slo_p99_ttft_ms, slo_p99_tpot_ms, max_concurrency, max_rate,
+                           resolution, json_path)
+            return
+        if slo_p99_ttft_ms or slo_p99_tpot_ms:
+            raise UserError("--slo-p99-ttft-ms/--slo-p99-tpot-ms are the capacity search's SLO: add "
+                            "--find-capacity (--slo-ttft-ms/--slo-tpot-ms set goodput)")
         table = Table(title=f"{url}  model {model}  input {input_len}  output {output_len}")
         for name in ("C", "completed", "out tok/s", "total tok/s", "req/s", "TTFT p50/p99 ms",
                      "ITL p50/p99 ms", "TPOT p50 ms", "e2e p50 ms", "achieved C", "goodput", "valid"):
@@ -75,6 +101,42 @@ def load(
             console.print(f"wrote {json_path}")
         if not all(m["valid"] for m in results):
             raise typer.Exit(3)
+
+
+def _find_capacity(url: str, model: str, plan, ttft_ms: float | None, tpot_ms: float | None,
+                   max_concurrency: int | None, max_rate: float, resolution: float | None,
+                   json_path: Path | None) -> None:
+    """--find-capacity: the search, each level shown as measured, the answer and its record."""
+    import json
+
+    from sweeper.loadgen.capacity import CapacitySlo
+    from sweeper.loadgen.ladder import run_capacity_search
+
+    if ttft_ms is None and tpot_ms is None:
+        raise UserError("--find-capacity needs an SLO: --slo-p99-ttft-ms MS and/or --slo-p99-tpot-ms MS")
+    rate = plan.request_rate is not None
+    if rate and max_rate < plan.request_rate:
+        raise UserError(f"--max-rate ({max_rate:g}) is below the start --rate ({plan.request_rate:g})")
+    slo = CapacitySlo(ttft_ms, tpot_ms)
+    unit = "req/s" if rate else "concurrent"
+
+    def show(load: float, m: dict) -> None:
+        broken = slo.broken_by(m)
+        verdict = "[green]holds[/]" if not broken else "[red]fails[/]: " + "; ".join(broken)
+        err.print(f"{load:g} {unit}: p99 TTFT {m['p99_ttft_ms']:.1f} ms, p99 TPOT {m['p99_tpot_ms']:.2f} ms, "
+                  f"{m['output_throughput']:.1f} out tok/s: {verdict}", highlight=False)
+
+    record = run_capacity_search(url, model, plan, slo, rate=rate,
+                                 ceiling=max_rate if rate else (max_concurrency or 256),
+                                 resolution=resolution or (0.05 if rate else 1),
+                                 cap=(max_concurrency or 0) if rate else 0, on_level=show)
+    key = "capacity_rate" if rate else "capacity_concurrency"
+    capped = " (the ceiling: it may be higher)" if record["capped"] else ""
+    console.print(f"capacity within the SLO: {record[key]:g} {unit}{capped}, after {len(record['levels'])} levels",
+                  highlight=False)
+    if json_path:
+        json_path.write_text(json.dumps(record, indent=2) + "\n")
+        console.print(f"wrote {json_path}")
 
 
 def _discovered_model(url: str) -> str:

@@ -7,14 +7,17 @@ it; what differs between them (sample files, the watchdog, judging a level) come
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from sweeper.errors import UserError
+from sweeper.loadgen.capacity import CapacitySlo, capacity_record, find_capacity
 from sweeper.loadgen.client import LevelRun, StreamOptions, get, run_closed_loop, run_measured, run_open_loop
 from sweeper.loadgen.endpoints import APIS, Api
-from sweeper.loadgen.metrics import MAX_CLIENT_LAG_P99_MS, combine_repeats, spoiled_by_client, summarize_level
+from sweeper.loadgen.metrics import (MAX_CLIENT_LAG_P99_MS, achieved_arrival_rate, combine_repeats, spoiled_by_client,
+                                     summarize_level)
 from sweeper.loadgen.vocab import DEFAULT_VOCAB_SIZE
 from sweeper.loadgen.workload import arrival_offsets_s, build_prompt_texts, build_prompt_token_ids
 from sweeper.outcomes import LevelMetrics
@@ -31,7 +34,7 @@ RECORD_KEYS = (
     *(f"{stat}_{metric}_ms" for metric in ("ttft", "itl", "tpot", "e2e_latency")
       for stat in ("mean", "median", "std", "p90", "p95", "p99")),
     "concurrency", "client_lag_p99_ms", "repeats", "cv_output_throughput", "unstable",
-    "tokens_per_chunk", "coarse_stream",
+    "tokens_per_chunk", "coarse_stream", "achieved_request_rate",
     "valid", "invalid_reason",
 )
 
@@ -48,6 +51,7 @@ class LoadPlan:
     seed: int = 0
     request_rate: float | None = None  # open loop at this rate; the levels are then caps
     poisson: bool = True
+    rate_seconds: float = 5.0  # an open-loop level sends at least rate x this many requests
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
     max_client_lag_ms: float = MAX_CLIENT_LAG_P99_MS
@@ -69,7 +73,17 @@ class LoadPlan:
                    time_scale=time_scale, text_prompts=text_prompts, vocab_size=vocab_size, options=options)
 
     def requests_at(self, concurrency: int) -> int:
+        """Requests of one measured run: min_rounds rounds of C (a closed loop), or rate x
+        rate_seconds arrivals (open loop; C, when not 0, is then only a cap)."""
+        if self.request_rate is not None:
+            return max(self.requests_per_level, math.ceil(self.request_rate * self.rate_seconds), 2)
         return max(self.requests_per_level, self.min_rounds * concurrency)
+
+    def warmup_requests(self, concurrency: int) -> int:
+        """warmup_rounds rounds of C, or of a second's arrivals at the rate (open loop)."""
+        if self.request_rate is not None:
+            return self.warmup_rounds * max(concurrency, math.ceil(self.request_rate))
+        return self.warmup_rounds * concurrency
 
 
 @dataclass(frozen=True)
@@ -112,7 +126,7 @@ def run_ladder(plan: LoadPlan, send: Send, hooks: LadderHooks = LadderHooks()
     the ladder or None)."""
     levels: dict[int, LevelMetrics] = {}
     for concurrency in plan.concurrency:
-        warmup = build_prompts(plan, plan.warmup_rounds * concurrency, plan.seed + 10_000 + concurrency)
+        warmup = build_prompts(plan, plan.warmup_requests(concurrency), plan.seed + 10_000 + concurrency)
         if warmup and (stop := hooks.warmup_done(concurrency, send(warmup, concurrency))):
             return levels, stop.verdict
         summaries, stop = [], None
@@ -152,11 +166,15 @@ def measured_run(plan: LoadPlan, send: Send, hooks: LadderHooks, concurrency: in
 
 
 def summarize_run(plan: LoadPlan, concurrency: int, run: LevelRun) -> LevelMetrics:
-    """One measured run's metrics; an open-loop run has no target concurrency."""
-    return summarize_level(run.samples, concurrency if plan.request_rate is None else None, run.duration_s,
-                           time_scale=plan.time_scale, requested_output_len=plan.output_len, lag=run.lag,
-                           slo_ttft_ms=plan.slo_ttft_ms, slo_tpot_ms=plan.slo_tpot_ms,
-                           max_client_lag_ms=plan.max_client_lag_ms)
+    """One measured run's metrics; an open-loop run has no target concurrency, and records the
+    arrival rate it achieved."""
+    metrics = summarize_level(run.samples, concurrency if plan.request_rate is None else None, run.duration_s,
+                              time_scale=plan.time_scale, requested_output_len=plan.output_len, lag=run.lag,
+                              slo_ttft_ms=plan.slo_ttft_ms, slo_tpot_ms=plan.slo_tpot_ms,
+                              max_client_lag_ms=plan.max_client_lag_ms)
+    if plan.request_rate is not None:
+        metrics["achieved_request_rate"] = achieved_arrival_rate(run.samples, plan.time_scale)
+    return metrics
 
 
 def discover_model(base_url: str, timeout_s: float = 10.0) -> str:
@@ -204,7 +222,7 @@ def closed_or_open_loop(base_url: str, model: str, plan: LoadPlan) -> Send:
                                                options=plan.options))
         offsets = arrival_offsets_s(len(prompts), plan.request_rate, poisson=plan.poisson, seed=plan.seed)
         return run_measured(run_open_loop(base_url, model, prompts, plan.output_len, offsets,
-                                         max_concurrency=concurrency, options=plan.options))
+                                         max_concurrency=concurrency or None, options=plan.options))
 
     return send
 
@@ -216,14 +234,15 @@ class LoadCommandHooks(LadderHooks):
         self.plan, self.on_level = plan, on_level
 
     def level_fields(self, concurrency: int, metrics: LevelMetrics) -> dict[str, Any]:
-        return {"max_concurrent_requests": concurrency, "request_rate": self.plan.request_rate}
+        return {"max_concurrent_requests": concurrency or None, "request_rate": self.plan.request_rate}
 
     def level_done(self, concurrency: int, metrics: LevelMetrics) -> None:
         self.on_level(concurrency, metrics)
 
 
 def measure_level(base_url: str, model: str, plan: LoadPlan, concurrency: int) -> LevelMetrics:
-    """One level of `sweeper load`: warmup, then `repeats` measured runs; the median kept."""
+    """One level of `sweeper load`: warmup, then `repeats` measured runs; the median kept. With
+    the plan's request_rate, an open loop at it (concurrency: a cap, 0 for none)."""
     levels, _ = run_ladder(replace(plan, concurrency=(concurrency,)), closed_or_open_loop(base_url, model, plan),
                            LoadCommandHooks(plan, lambda c, m: None))
     return levels[concurrency]
@@ -234,6 +253,26 @@ def run_load(base_url: str, model: str, plan: LoadPlan,
     """`sweeper load`'s ladder against a server already up: each level's metrics, in order."""
     levels, _ = run_ladder(plan, closed_or_open_loop(base_url, model, plan), LoadCommandHooks(plan, on_level))
     return list(levels.values())
+
+
+def run_capacity_search(base_url: str, model: str, plan: LoadPlan, slo: CapacitySlo, *, rate: bool,
+                        ceiling: float, resolution: float, cap: int = 0,
+                        on_level: Callable[[float, LevelMetrics], None] = lambda load, m: None) -> dict:
+    """`sweeper load --find-capacity`: the capacity search (loadgen/capacity.py) with each load a
+    level of this ladder: a closed loop at C, or (rate) an open loop at the plan's arrival law,
+    capped at `cap` in flight (0: none). The search's JSON record."""
+    def measure(load: float) -> LevelMetrics:
+        if rate:
+            metrics = measure_level(base_url, model, replace(plan, request_rate=float(load)), cap)
+        else:
+            metrics = measure_level(base_url, model, replace(plan, request_rate=None), int(load))
+        on_level(load, metrics)
+        return metrics
+
+    start = plan.request_rate if rate else 1
+    found = find_capacity(measure, slo, start=start, ceiling=ceiling, resolution=resolution, relative=rate,
+                          integer=not rate)
+    return capacity_record(found, "rate" if rate else "concurrency", slo, bench_serving_record)
 
 
 def write_load_records(path: Path, levels: list[LevelMetrics]) -> None:

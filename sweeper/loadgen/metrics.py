@@ -180,6 +180,15 @@ def _expected_output_len(sample: RequestSample, requested_output_len: int | None
     return sample.requested_output_tokens if requested_output_len is None else requested_output_len
 
 
+def achieved_arrival_rate(samples: list[RequestSample], time_scale: float = 1.0) -> float | None:
+    """Requests per (modelled) second actually sent by an open loop: (n - 1) over the span of
+    send times; None with fewer than two requests."""
+    starts = sorted(s.start for s in samples)
+    if len(starts) < 2 or starts[-1] <= starts[0]:
+        return None
+    return (len(starts) - 1) / ((starts[-1] - starts[0]) / time_scale)
+
+
 def summarize_level(
     samples: list[RequestSample],
     concurrency: int | None,

@@ -9,13 +9,18 @@ import optuna
 import pandas as pd
 
 from sweeper.errors import UserError
+from sweeper.outcomes import CAPACITY_METRIC
 from sweeper.results.leaderboard import concurrency_levels, leaderboard_frame
 from sweeper.search.trials import is_pareto_study
 from sweeper.search.stored import ObjectiveSpec, objective_spec
 
 
-def rank_value(trial_levels: dict, feasible: bool, spec: ObjectiveSpec) -> float:
-    """The metric a trial ranks by at the spec's level; NaN when it cannot rank there."""
+def rank_value(trial_levels: dict, feasible: bool, spec: ObjectiveSpec, capacity: dict | None = None) -> float:
+    """The metric a trial ranks by at the spec's level (max_load_within_slo: the capacity its
+    search found, `capacity` attr); NaN when it cannot rank there."""
+    if spec.metric == CAPACITY_METRIC:
+        found = (capacity or {}).get("capacity_concurrency")
+        return float(found) if feasible and found is not None else math.nan
     metrics = trial_levels.get(str(spec.level)) or {}
     value = metrics.get(spec.metric)
     if not feasible or metrics.get("valid") is not True or value is None:
@@ -43,8 +48,8 @@ def ranked_frame(study: optuna.Study, level: int | None = None, feasible_only: b
     if frame.empty:
         return frame.assign(rank=pd.Series(dtype="Int64"), rank_level=pd.Series(dtype="int64"),
                             rank_value=pd.Series(dtype="float64"))
-    levels_by_trial = {t.number: t.user_attrs.get("levels", {}) for t in study.get_trials(deepcopy=False)}
-    values = [rank_value(levels_by_trial.get(n, {}), bool(f), spec)
+    trials = {t.number: t.user_attrs for t in study.get_trials(deepcopy=False)}
+    values = [rank_value(trials.get(n, {}).get("levels", {}), bool(f), spec, trials.get(n, {}).get("capacity"))
               for n, f in zip(frame["trial"], frame["feasible"])]
     frame = frame.assign(rank_level=spec.level, rank_value=values)
     key = -frame["rank_value"] if spec.maximize else frame["rank_value"]

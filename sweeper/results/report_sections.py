@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from sweeper.outcomes import CAPACITY_METRIC
 from sweeper.results.gap import GapToTarget, format_gap_lines
 from sweeper.results.report_data import PERCENTILES, ReportData
 
@@ -47,6 +48,9 @@ def build_summary_section(data: ReportData) -> Section:
         throughput, latency = data.pareto_objectives
         goal = (f"Two objectives (the Pareto mode): maximize {throughput.metric} at C={throughput.level}, "
                 f"minimize {latency.metric} at C={latency.level}; the ranked configs are the Pareto front.")
+    elif data.objective.metric == CAPACITY_METRIC:
+        goal = ("Objective: max_load_within_slo, the highest concurrency within the SLO, searched per trial "
+                "(maximize).")
     else:
         goal = (f"Objective: {data.objective.metric} at C={data.objective.level} "
                 f"({'maximize' if data.objective.maximize else 'minimize'}).")

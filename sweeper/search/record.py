@@ -20,6 +20,9 @@ def objective_values(space: Space, outcome: TrialOutcome) -> list[float]:
     """Each goal's metric at its level (one goal, or the Pareto pair); a finite pessimistic value
     when there is none, so a failure can never win (its constraint marks it infeasible as well)."""
     values = []
+    if space.finds_capacity:  # the search's answer; 0 (never a winner) without one
+        found = outcome.capacity.get("capacity_concurrency") if outcome.capacity and outcome.failure is None else None
+        return [float(found) if found is not None else worst_value("maximize")]
     for goal in space.goals:
         metrics = outcome.levels.get(goal.level)
         value = metrics.get(goal.metric) if outcome.failure is None and metrics and metrics.get("valid") else None
@@ -41,6 +44,9 @@ def constraint_values(outcome: TrialOutcome, space: Space) -> dict[str, float]:
     """config_fault: the config failed (crash, garbage, rule...); slo: by how much (relative) the
     worst SLO was exceeded at a measured level up to the objective level."""
     fault = outcome.failure is not None and outcome.failure.kind not in (FailureKind.SLO, FailureKind.ABANDONED)
+    if space.finds_capacity:  # the SLO is what the search measures against: broken only at C = 1
+        slo = slo_excess(space, {1: outcome.levels[1]}) if 1 in outcome.levels else 0.0
+        return {"config_fault": 1.0 if fault else 0.0, "slo": slo}
     return {"config_fault": 1.0 if fault else 0.0, "slo": slo_excess(space, outcome.levels)}
 
 
@@ -62,7 +68,10 @@ _SLO_METRICS = {"p99_ttft_ms": "p99_ttft_ms", "p99_tpot_ms": "p99_tpot_ms"}
 def judge_level(space: Space, level: int, metrics: dict, incumbent: float | None) -> Failure | None:
     """Stop the ladder early: an SLO already broken (latency only grows with concurrency), or a
     config that cannot reach `search.abandon_below` of the incumbent even if throughput grew
-    linearly with concurrency from here (an optimistic bound for a batching server)."""
+    linearly with concurrency from here (an optimistic bound for a batching server). A capacity
+    search judges its own levels against the SLO."""
+    if space.finds_capacity:
+        return None
     if level <= space.objective_level and slo_excess(space, {level: metrics}) > 0:
         return Failure(Stage.LOAD, FailureKind.SLO, f"SLO broken at concurrency {level}")
     if space.is_pareto:
@@ -86,6 +95,8 @@ def outcome_attrs(outcome: TrialOutcome) -> dict[str, Any]:
         "output_text": outcome.output_text,
         "output_samples": outcome.output_samples,
     }
+    if outcome.capacity is not None:
+        attrs["capacity"] = outcome.capacity
     if outcome.gpu_memory is not None:
         attrs["gpu_memory"] = outcome.gpu_memory
     if outcome.failure:

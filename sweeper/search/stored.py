@@ -9,6 +9,8 @@ from typing import Any, Mapping
 
 import optuna
 
+from sweeper.outcomes import CAPACITY_METRIC
+
 from sweeper.spec.space import Space, parse_space
 from sweeper.errors import ConfigError
 
@@ -51,7 +53,7 @@ class ObjectiveSpec:
 
     @property
     def name(self) -> str:
-        return f"{self.metric}@c{self.level}"
+        return self.metric if self.metric == CAPACITY_METRIC else f"{self.metric}@c{self.level}"
 
 
 def objective_specs(study: optuna.Study) -> list[ObjectiveSpec]:

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, field_validator, model_validator
 
 from sweeper.errors import ConfigError
-from sweeper.outcomes import FAIRNESS_METRICS, LATENCY_METRICS, THROUGHPUT_METRICS, MetricName
+from sweeper.outcomes import CAPACITY_METRIC, FAIRNESS_METRICS, LATENCY_METRICS, THROUGHPUT_METRICS, MetricName
 from sweeper.spec.expr import MAX_PROBES, Expr, ExprError, Missing, first_type_error, parse_expr
 from sweeper.spec.loading import Strict, validate_model
 from sweeper.spec.yamlfile import KeyPath, format_path, line_of, parse_yaml_with_lines
@@ -151,6 +151,9 @@ class Workload(Strict):
     stall_timeout_s: float | None = Field(None, gt=0, description="no byte this long: a hang (default: launch's)")
     max_client_lag_ms: float = Field(MAX_CLIENT_LAG_P99_MS, gt=0, description="client event-loop p99 lag above this: "
                                      "the level is invalid (raise it on a shared, busy controller)")
+    # SLO capacity search (objective max_load_within_slo; README "SLO capacity")
+    capacity_max_concurrency: int = Field(256, ge=1, description="the search's ceiling")
+    capacity_resolution: int = Field(1, ge=1, description="stop when holding and failing C are this close")
 
     @field_validator("concurrency")
     @classmethod
@@ -185,7 +188,7 @@ class Goal:
 
     @property
     def name(self) -> str:
-        return f"{self.metric}@c{self.level}"
+        return self.metric if self.metric == CAPACITY_METRIC else f"{self.metric}@c{self.level}"
 
 
 class Target(Strict):
@@ -283,6 +286,11 @@ class Space(Strict):
                 Goal(latency.metric, latency.level or min(levels), "minimize")]
 
     @property
+    def finds_capacity(self) -> bool:
+        """The objective is the SLO capacity: each trial searches its load axis (no fixed ladder)."""
+        return self.objectives is None and self.objective.metric == CAPACITY_METRIC
+
+    @property
     def objective_level(self) -> int:
         """The highest level an objective reads: SLOs count up to it, and it must be measured."""
         return max(goal.level for goal in self.goals)
@@ -355,7 +363,7 @@ def _cross_check_space(space: Space) -> list[tuple[KeyPath, str]]:
         problems.append((("reference",), f"no seed named {space.reference!r}"))
     problems += _check_objectives(space)
     level = space.objective.level
-    if level is not None and level not in space.workload.concurrency:
+    if level is not None and level not in space.workload.concurrency and not space.finds_capacity:
         problems.append((("objective", "level"), f"{level} is not one of workload.concurrency"))
     if space.perf_target and space.perf_target.level not in (None, *space.workload.concurrency):
         problems.append((("target", "level"), f"{space.perf_target.level} is not one of workload.concurrency"))
@@ -415,9 +423,27 @@ def _value_domains(space: Space) -> dict[str, list[Any]]:
     return domains
 
 
+def _check_capacity(space: Space) -> list[tuple[KeyPath, str]]:
+    """max_load_within_slo needs an SLO to search against, is maximised, and measures with
+    sweeper's own client."""
+    if not space.finds_capacity:
+        return []
+    problems: list[tuple[KeyPath, str]] = []
+    if space.slo.p99_ttft_ms is None and space.slo.p99_tpot_ms is None:
+        problems.append((("objective", "metric"), "max_load_within_slo needs slo: {p99_ttft_ms: MS} and/or "
+                                                  "{p99_tpot_ms: MS} to search against"))
+    if space.objective.direction != "maximize":
+        problems.append((("objective", "direction"), "max_load_within_slo is maximised"))
+    if space.objective.level is not None:
+        problems.append((("objective", "level"), "max_load_within_slo searches the load: it reads no fixed level"))
+    if space.workload.load != "sweeper":
+        problems.append((("workload", "load"), "max_load_within_slo measures with sweeper's client (load: sweeper)"))
+    return problems
+
+
 def _check_objectives(space: Space) -> list[tuple[KeyPath, str]]:
     if space.objectives is None:
-        return []
+        return _check_capacity(space)
     if "objective" in space.model_fields_set:
         return [(("objectives",), "give either 'objective' (one metric) or 'objectives' (two: the "
                                   "Pareto mode), not both")]

@@ -27,6 +27,8 @@ class TrialOutcome:
     config: dict[str, Any]
     failure: Failure | None = None
     levels: dict[int, dict] = field(default_factory=dict)
+    # objective max_load_within_slo: the search's record (loadgen/capacity.capacity_record)
+    capacity: dict | None = None
     output_text: str | None = None  # the first check prompt's greedy answer
     output_samples: list[dict] | None = None  # every check prompt's answer (correctness.OutputSample)
     stage_seconds: dict[str, float] = field(default_factory=dict)

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from sweeper.engines.base import first_stall_line
 from sweeper.hosts.base import Host, ServerProcess
+from sweeper.loadgen.capacity import CapacitySlo, capacity_record, find_capacity
 from sweeper.loadgen.client import STALLED, LevelRun, StreamOptions, fit_to_dialect, is_stalled
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.loadgen.ladder import LadderHooks, LoadPlan, Stop, build_prompts, run_ladder
@@ -81,6 +82,43 @@ def measure_levels(plan: LoadPlan, place: LoadPlace, trial_dir: Path,
 
     hooks = TrialLadderHooks(trial_dir, place.where, on_level, still_alive, new_stall, gpus, power, plan.time_scale)
     return run_ladder(plan, send, hooks)
+
+
+class _LadderStopped(Exception):
+    def __init__(self, verdict: Failure) -> None:
+        self.verdict = verdict
+
+
+def measure_capacity(plan: LoadPlan, place: LoadPlace, trial_dir: Path, slo: CapacitySlo, ceiling: int,
+                     resolution: int, on_level: Callable[[int, dict], Failure | None],
+                     still_alive: Callable[[], bool], new_stall: Callable[[], str | None] = lambda: None,
+                     gpus: int | None = None, power: PowerMeter | None = None,
+                     ) -> tuple[dict[int, LevelMetrics], dict | None, Failure | None]:
+    """objective max_load_within_slo: the capacity search (loadgen/capacity.py) with each load a
+    level of the trial's ladder (samples, watchdog, the study's verdict): (levels measured, the
+    search's record, the failure that ended it early or None)."""
+    levels: dict[int, LevelMetrics] = {}
+
+    def measure(concurrency: float) -> LevelMetrics:
+        c = int(concurrency)
+        measured, verdict = measure_levels(replace(plan, concurrency=(c,)), place, trial_dir, on_level,
+                                           still_alive, new_stall, gpus, power)
+        levels.update(measured)
+        if verdict is not None:
+            raise _LadderStopped(verdict)
+        return measured[c]
+
+    try:
+        found = find_capacity(measure, slo, start=1, ceiling=ceiling, resolution=resolution)
+    except _LadderStopped as stopped:
+        return levels, None, stopped.verdict
+    return levels, capacity_record(found, "concurrency", slo, _validity), None
+
+
+def _validity(metrics: LevelMetrics) -> dict:
+    """What a trial's capacity record keeps of each level beside its verdict (the metrics
+    themselves are in the trial's levels)."""
+    return {"valid": metrics.get("valid"), "invalid_reasons": metrics.get("invalid_reasons") or []}
 
 
 def measure_native_levels(concurrency: Sequence[int], native_level: Callable[[int], dict],

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from sweeper.engines.base import gpus_in_argv
 from sweeper.errors import InfraError
+from sweeper.loadgen.capacity import CapacitySlo
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.loadgen.onhost import load_place
 from sweeper.outcomes import FailureKind
@@ -22,8 +23,8 @@ from sweeper.spec.space import OutputCheck, gpu_count_of
 from sweeper.trial.context import Failure, TrialContext, TrialOutcome
 from sweeper.trial.energy import PowerMeter
 from sweeper.trial.gate import GateError, GateTimeout, OutputSample, collect_samples, judge, write_check_file
-from sweeper.trial.ladder import (build_level_plan, build_level_prompts, build_stream_options, measure_levels,
-                                  measure_native_levels, served_vocab_size, stall_watch)
+from sweeper.trial.ladder import (build_level_plan, build_level_prompts, build_stream_options, measure_capacity,
+                                  measure_levels, measure_native_levels, served_vocab_size, stall_watch)
 from sweeper.trial.native import native_level_runner
 from sweeper.trial.launch import (LOG_TAIL_LINES, Crashed, LaunchedServer, LogWatch, Ready, TimedOut,
                                   build_gpu_memory_record, launch, launched_server, preflight, stop,
@@ -99,11 +100,17 @@ def _check_and_measure(ctx: TrialContext, outcome: TrialOutcome, server: Launche
             place = load_place(ctx.host, ctx.host_spec.load_from, ctx.host_spec.transport, server.port, server.model)
             plan = build_level_plan(space.workload, server.dialect, ctx.engine.clock_scale(space),
                                     server.stall_timeout_s, served_vocab_size(ctx.host, space.model))
+            stalls = stall_watch(ctx.host, server.proc, ctx.engine.info.stall_lines)
             gpus = config_gpus(ctx, outcome.config, server.argv)
             with power_meter(ctx, server, gpus) as power:
-                outcome.levels, outcome.failure = measure_levels(
-                    plan, place, ctx.trial_dir, ctx.on_level, server.still_alive,
-                    stall_watch(ctx.host, server.proc, ctx.engine.info.stall_lines), gpus, power)
+                if space.finds_capacity:
+                    slo = CapacitySlo(space.slo.p99_ttft_ms, space.slo.p99_tpot_ms)
+                    outcome.levels, outcome.capacity, outcome.failure = measure_capacity(
+                        plan, place, ctx.trial_dir, slo, space.workload.capacity_max_concurrency,
+                        space.workload.capacity_resolution, ctx.on_level, server.still_alive, stalls, gpus, power)
+                    return  # an invalid level is one where the SLO does not hold: it never scores
+                outcome.levels, outcome.failure = measure_levels(plan, place, ctx.trial_dir, ctx.on_level,
+                                                                 server.still_alive, stalls, gpus, power)
     for goal_level in sorted({goal.level for goal in space.goals}):  # one level, or the Pareto pair's
         measured = outcome.levels.get(goal_level)
         if outcome.failure is None and measured is not None and not measured.get("valid"):
