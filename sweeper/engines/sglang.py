@@ -8,6 +8,8 @@ from sweeper.spec.space import Space
 from sweeper.engines.base import (
     EngineAdapter, EngineInfo, Readiness, Signature, space_flag_args,
 )
+from sweeper.loadgen.endpoints import TokenizeApi
+from sweeper.loadgen.probe import PrefixCacheApi
 
 # Exact substrings from SGLang's logs (../shared/reference/engines.md), each found in the 0.5.23
 # sources (tests/unit/test_failure_signatures.py names the files); most specific first.
@@ -37,6 +39,12 @@ SGLANG_INFO = EngineInfo(
     readiness=Readiness(health_path="/health_generate",
                         ready_line="The server is fired up and ready to roll!"),
     signatures=SGLANG_SIGNATURES,
+    # POST /flush_cache empties the radix cache (it refuses while requests run); /metrics only with
+    # --enable-metrics: counters sglang:cached_tokens_total and sglang:prompt_tokens_total, and the
+    # gauge sglang:cache_hit_rate (over recent batches)
+    prefix_cache=PrefixCacheApi(flush_path="/flush_cache", hits_counter="sglang:cached_tokens",
+                                queries_counter="sglang:prompt_tokens", hit_rate_gauge="sglang:cache_hit_rate"),
+    tokenize=TokenizeApi("/tokenize", "prompt", sends_model=True),  # -> {"tokens", "count", ...}
 )
 
 

@@ -47,6 +47,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--chunked-prefill-size", type=int, default=None)
     parser.add_argument("--max-running-requests", type=int, default=None)
     parser.add_argument("--random-seed", type=int, default=None)
+    parser.add_argument("--disable-radix-cache", action="store_true")  # no prefix cache
+    parser.add_argument("--enable-metrics", action="store_true")  # /metrics (Prometheus text)
     # Accepted and ignored, as harness scripts commonly pass them.
     parser.add_argument("--trust-remote-code", action="store_true")
     parser.add_argument("--load-format", default="auto")
