@@ -191,7 +191,7 @@ def summarize_run(plan: LoadPlan, concurrency: int, run: LevelRun) -> LevelMetri
     return summarize_level(run.samples, concurrency if plan.request_rate is None else None, run.duration_s,
                            time_scale=plan.time_scale, requested_output_len=None, lag=run.lag,
                            slo_ttft_ms=plan.slo_ttft_ms, slo_tpot_ms=plan.slo_tpot_ms,
-                           max_client_lag_ms=plan.max_client_lag_ms)
+                           max_client_lag_ms=plan.max_client_lag_ms, varied_lengths=plan.custom_prompts)
 
 
 def discover_model(base_url: str, timeout_s: float = 10.0) -> str:
