@@ -194,3 +194,31 @@ def test_the_simulators_prefix_cache_hits_whole_pages_of_a_shared_prefix():
     off = PrefixCache(enabled=False)
     off.admit(shared)
     assert off.admit(shared) == 0
+
+
+def closed_loop(lengths: list[float], concurrency: int) -> list:
+    """Samples of a closed loop over requests of these durations: each worker sends its next
+    request the moment its last one ends."""
+    from tests.support.samples import make_sample
+
+    free = [0.0] * concurrency
+    samples = []
+    for length in lengths:
+        worker = min(range(concurrency), key=free.__getitem__)
+        start = free[worker]
+        free[worker] = start + length
+        samples.append(make_sample(start, [start + length / 2, start + length]))
+    return samples
+
+
+def test_varied_lengths_judge_the_concurrency_while_requests_are_sent():
+    from sweeper.loadgen.metrics import concurrency_while_sending, summarize_level
+
+    samples = closed_loop([0.1, 0.1, 0.1, 2.0, 0.1, 0.1, 0.1, 0.1], concurrency=2)  # one long request
+    duration = max(s.end for s in samples) - min(s.start for s in samples)
+    plain = summarize_level(samples, 2, duration)
+    assert plain["concurrency"] < 1.9 and not plain["valid"]  # the drain behind the long one
+    assert concurrency_while_sending(samples) == pytest.approx(2.0)
+    assert summarize_level(samples, 2, duration, varied_lengths=True)["valid"]
+    starved = closed_loop([0.1] * 8, concurrency=1)  # a client that kept 1 of 2 in flight
+    assert not summarize_level(starved, 2, 0.8, varied_lengths=True)["valid"]
