@@ -377,10 +377,15 @@ def check_workload_files(space: Space, text: str, source: str) -> Space:
     workload = space.workload
     if workload.dataset is None:
         return space
-    from sweeper.loadgen.datasets import DatasetError, load_dataset  # spec -> loadgen only here
+    from sweeper.engines import get_engine  # spec -> engines, loadgen only here, lazily
+    from sweeper.loadgen.datasets import DatasetError, load_dataset
 
     try:
-        load_dataset(Path(workload.dataset), workload.dataset_format)
+        records = load_dataset(Path(workload.dataset), workload.dataset_format)
+        api = get_engine(space.engine).info.dialect.api
+        if api != "chat" and (chat := next((i for i, r in enumerate(records) if r.messages), None)) is not None:
+            raise DatasetError(f"{workload.dataset}: record {chat + 1} has chat \"messages\", but {space.engine} "
+                               f"is sent {api} requests (write \"prompt\" records)")
     except DatasetError as exc:
         _, lines = parse_yaml_with_lines(text, source)
         raise ConfigError(source, "workload.dataset", str(exc), line_of(lines, ("workload", "dataset"))) from None

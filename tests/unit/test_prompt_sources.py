@@ -222,3 +222,12 @@ def test_varied_lengths_judge_the_concurrency_while_requests_are_sent():
     assert summarize_level(samples, 2, duration, varied_lengths=True)["valid"]
     starved = closed_loop([0.1] * 8, concurrency=1)  # a client that kept 1 of 2 in flight
     assert not summarize_level(starved, 2, 0.8, varied_lengths=True)["valid"]
+
+
+def test_chat_messages_for_an_engine_sent_completions_are_refused_when_the_space_loads(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "prompts.jsonl").write_text(
+        '{"prompt": "fine"}\n{"messages": [{"role": "user", "content": "hi"}]}\n')
+    (tmp_path / "space.yaml").write_text(SPACE)
+    with pytest.raises(ConfigError, match=r"record 2 has chat \"messages\", but sim is sent completions"):
+        load_space(tmp_path / "space.yaml")
