@@ -62,9 +62,12 @@ class FailureKind(StrEnum):
 
 
 ThroughputMetric = Literal["output_throughput", "total_throughput", "request_throughput"]
+# Fair comparisons (maximised, like a throughput): per GPU the config uses, and per user (1 / TPOT)
+FairnessMetric = Literal["output_throughput_per_gpu", "output_throughput_per_user"]
 LatencyMetric = Literal["median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "median_e2e_latency_ms"]
-MetricName = Literal[ThroughputMetric, LatencyMetric]
+MetricName = Literal[ThroughputMetric, FairnessMetric, LatencyMetric]
 THROUGHPUT_METRICS: tuple[str, ...] = get_args(ThroughputMetric)
+FAIRNESS_METRICS: tuple[str, ...] = get_args(FairnessMetric)
 LATENCY_METRICS: tuple[str, ...] = get_args(LatencyMetric)
 
 
@@ -109,6 +112,11 @@ class LevelMetrics(TypedDict, total=False):
     valid: bool
     invalid_reasons: list[str]
     harness_retries: int  # runs measured again because the client's own lag spoiled them
+    output_throughput_per_user: float | None  # 1000 / median TPOT: the tok/s one request sees
+    gpus: int | None  # GPUs the config runs on (space `gpus:`, else the engine's TP x DP x PP)
+    output_throughput_per_gpu: float | None
+    power_w_mean: float | None  # nvidia-smi power.draw over the measured runs, the server's GPUs summed
+    energy_j_per_output_token: float | None
     # combine_repeats adds these when a level ran more than once
     repeats: int
     repeat_output_throughputs: list[float]

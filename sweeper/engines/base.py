@@ -50,6 +50,28 @@ class EngineInfo:
     # (loadgen/probe.py): the cache is emptied before each level, its hit rate recorded per level
     prefix_cache: PrefixCacheApi = PrefixCacheApi()
     tokenize: TokenizeApi | None = None
+    # the flags whose values multiply into the GPUs a launch uses (TP x DP x PP), each factor with
+    # its spellings; empty: the engine does not say (per-GPU metrics need the space's `gpus:`)
+    parallel_flags: Sequence[Sequence[str]] = field(default_factory=tuple)
+
+
+def gpus_in_argv(argv: Sequence[str], parallel_flags: Sequence[Sequence[str]]) -> int | None:
+    """The GPUs a launch command asks for: the product of its parallel sizes (a factor it leaves
+    out is 1), or None when the engine declares no parallel flags."""
+    if not parallel_flags:
+        return None
+    values: dict[str, str] = {}
+    for i, item in enumerate(argv):
+        name, eq, value = item.partition("=")
+        if eq:
+            values[name] = value
+        elif i + 1 < len(argv):
+            values.setdefault(item, argv[i + 1])
+    gpus = 1
+    for spellings in parallel_flags:
+        given = next((values[s] for s in spellings if s in values), "1")
+        gpus *= int(given) if given.isdigit() else 1
+    return gpus
 
 
 class Engine(Protocol):

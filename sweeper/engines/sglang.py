@@ -45,6 +45,9 @@ SGLANG_INFO = EngineInfo(
     prefix_cache=PrefixCacheApi(flush_path="/flush_cache", hits_counter="sglang:cached_tokens",
                                 queries_counter="sglang:prompt_tokens", hit_rate_gauge="sglang:cache_hit_rate"),
     tokenize=TokenizeApi("/tokenize", "prompt", sends_model=True),  # -> {"tokens", "count", ...}
+    # server_args.py: expert parallelism (--ep-size) splits the TP group, it adds no GPUs
+    parallel_flags=(("--tp-size", "--tensor-parallel-size"), ("--dp-size", "--data-parallel-size"),
+                    ("--pp-size", "--pipeline-parallel-size")),
 )
 
 

@@ -55,6 +55,8 @@ VLLM_INFO = EngineInfo(
     prefix_cache=PrefixCacheApi(flush_path="/reset_prefix_cache", hits_counter="vllm:prefix_cache_hits",
                                 queries_counter="vllm:prefix_cache_queries"),
     tokenize=TokenizeApi("/tokenize", "prompt", sends_model=True),  # -> {"count", "tokens", "max_model_len"}
+    parallel_flags=(("--tensor-parallel-size", "-tp"), ("--data-parallel-size", "-dp"),
+                    ("--pipeline-parallel-size", "-pp")),
 )
 
 

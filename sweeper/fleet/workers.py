@@ -28,9 +28,8 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.spec.hosts import HostSpec
-from sweeper.spec.space import Space
+from sweeper.spec.space import Space, gpu_count_of
 from sweeper.errors import InfraError, UserError
-from sweeper.spec.expr import parse_expr
 from sweeper.hosts import Host, ServerProcess
 from sweeper.fleet.leases import LeaseBook, LeaseKeeper, slot_name
 from sweeper.search.trials import is_evaluation
@@ -71,14 +70,6 @@ def decide_claim(trials: Sequence[FrozenTrial], number: int, key: str, budget: i
             return "wait", t
     state = budget_state(trials, budget, me=number)
     return ("run" if state == "open" else state), None
-
-
-def gpu_count_of(space: Space, config: Mapping[str, Any]) -> int | None:
-    """GPUs a config needs, from the space's `gpus` expression (None: the whole host)."""
-    source = space.gpus
-    if source is None:
-        return None
-    return int(parse_expr(source, space.names).evaluate(dict(config)))
 
 
 def slot_plan(host_name: str, spec: HostSpec, gpu_set: str | None, need: int | None) -> tuple[list[str], str | None]:

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Protocol, Sequence
 
 from sweeper.errors import UserError
-from sweeper.hosts.gpu import APPS_QUERY, GPU_QUERY, GpuParseError, GpuSnapshot, parse_snapshot
+from sweeper.hosts.gpu import APPS_QUERY, GPU_QUERY, POWER_QUERY, GpuParseError, GpuSnapshot, parse_power, parse_snapshot
 from sweeper.spec.hosts import HostSpec
 
 
@@ -110,6 +110,10 @@ class Host(Protocol):
         """nvidia-smi's view of GPU memory, or None when the host's GPU gate is off (no nvidia-smi)."""
         ...
 
+    def gpu_power(self) -> dict[int, float] | None:
+        """Watts per GPU index (nvidia-smi power.draw), or None when the gate is off or the reading fails."""
+        ...
+
     def process_details(self, pids: Sequence[int]) -> dict[int, ProcessDetails]:
         """Group, start time, command line and run token of live processes (dead ones are left out)."""
         ...
@@ -148,6 +152,18 @@ class AgentHost:
 
     def listens_on(self, proc: ServerProcess, port: int) -> bool:
         return self._agent("listens", {"proc": proc.to_dict(), "port": port})["listens"]
+
+    def gpu_power(self) -> dict[int, float] | None:
+        # A missing reading costs the level its energy numbers, never the trial.
+        if self.spec.gpu_gate == "off":
+            return None
+        answer = self._agent("gpu", {"queries": [list(POWER_QUERY)], "path": self.spec.env.get("PATH")})
+        if not answer["found"] or "error" in answer:
+            return None
+        try:
+            return parse_power(answer["outputs"][0])
+        except GpuParseError:
+            return None
 
     def process_details(self, pids: Sequence[int]) -> dict[int, ProcessDetails]:
         answer = self._agent("details", {"pids": list(pids)})["details"]

@@ -17,6 +17,8 @@ GPU_QUERY = ("nvidia-smi", "--query-gpu=index,uuid,memory.used,memory.total",
 # What the GPUs are, for the study's provenance (the same columns bench/gpu/vllm/run.sh captures)
 MODEL_QUERY = ("nvidia-smi", "--query-gpu=index,uuid,name,driver_version,memory.used,memory.total",
                "--format=csv,noheader,nounits")
+# Board power of each GPU, watts (energy per token; a real H200's: tests/fixtures/nvidia_smi/h200/power.*)
+POWER_QUERY = ("nvidia-smi", "--query-gpu=index,uuid,power.draw", "--format=csv,noheader,nounits")
 APPS_QUERY = ("nvidia-smi", "--query-compute-apps=gpu_uuid,pid,used_memory",
               "--format=csv,noheader,nounits")
 
@@ -104,6 +106,15 @@ def parse_gpu_names(text: str) -> dict[int, tuple[str, str]]:
     """GPU index -> (name, driver) from MODEL_QUERY's rows."""
     try:
         return {int(index): (name, driver) for index, _, name, driver, _, _ in _rows(text, 6, "gpu")}
+    except ValueError as exc:
+        raise GpuParseError(str(exc)) from None
+
+
+def parse_power(text: str) -> dict[int, float]:
+    """GPU index -> watts from POWER_QUERY's rows; a GPU reading [N/A] is left out."""
+    try:
+        return {int(index): float(watts) for index, _, watts in _rows(text, 3, "power")
+                if watts.replace(".", "", 1).isdigit()}
     except ValueError as exc:
         raise GpuParseError(str(exc)) from None
 

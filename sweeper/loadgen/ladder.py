@@ -121,8 +121,8 @@ class LadderHooks:
         stall in the server's log): each makes that run invalid."""
         return []
 
-    def level_fields(self, concurrency: int) -> dict[str, Any]:
-        """Keys added to each level's metrics."""
+    def level_fields(self, concurrency: int, metrics: LevelMetrics) -> dict[str, Any]:
+        """Keys added to each level's metrics (which it may read)."""
         return {}
 
     def level_done(self, concurrency: int, metrics: LevelMetrics) -> Stop | None:
@@ -156,7 +156,7 @@ def run_ladder(plan: LoadPlan, send: Send, hooks: LadderHooks = LadderHooks()
         metrics = combine_repeats(summaries)
         if probe is not None:
             metrics.update(cache_flushed=flushed, **cache_fields(probe.cache, counters, probe.cache_counters()))
-        metrics.update(hooks.level_fields(concurrency))
+        metrics.update(hooks.level_fields(concurrency, metrics))
         levels[concurrency] = metrics
         if stop := stop or hooks.level_done(concurrency, metrics):
             return levels, stop.verdict
@@ -305,7 +305,7 @@ class LoadCommandHooks(LadderHooks):
     def __init__(self, plan: LoadPlan, on_level: Callable[[int, LevelMetrics], None]) -> None:
         self.plan, self.on_level = plan, on_level
 
-    def level_fields(self, concurrency: int) -> dict[str, Any]:
+    def level_fields(self, concurrency: int, metrics: LevelMetrics) -> dict[str, Any]:
         return {"max_concurrent_requests": concurrency, "request_rate": self.plan.request_rate}
 
     def level_done(self, concurrency: int, metrics: LevelMetrics) -> None:

@@ -250,6 +250,7 @@ def summarize_level(
         **percentile_summary(_to_ms(itls), "itl"),
         **percentile_summary(_to_ms(tpots), "tpot"),
         **percentile_summary(_to_ms(latencies), "e2e_latency"),
+        "output_throughput_per_user": per_user_throughput(tpots),
         "concurrency": achieved,
         "max_concurrent_requests": concurrency,
         "time_scale": time_scale,
@@ -261,6 +262,12 @@ def summarize_level(
         "valid": not reasons,
         "invalid_reasons": reasons,
     }
+
+
+def per_user_throughput(tpots_s: Sequence[float]) -> float | None:
+    """The tok/s one request sees while it decodes: 1 / its median TPOT (None without any)."""
+    median = float(np.median(tpots_s)) if tpots_s else 0.0
+    return 1.0 / median if median > 0 else None
 
 
 def request_goodput(completed: Sequence[RequestSample], duration: float, time_scale: float,

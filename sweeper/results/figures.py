@@ -109,6 +109,29 @@ def build_pareto_figure(points: Sequence[tuple[int, float, float]], front: Seque
     return figure
 
 
+def build_serving_figure(points: Sequence[tuple[int, int, float, float]]) -> Figure:
+    """The serving trade-off plot: tok/s per user (x) against tok/s per GPU (y), one point per
+    feasible trial and level, each trial's levels joined in order of concurrency."""
+    figure = new_figure()
+    ax = figure.add_subplot()
+    if not points:
+        _empty(ax, "no level with a known GPU count yet")
+    else:
+        by_trial: dict[int, list[tuple[int, float, float]]] = {}
+        for trial, level, user, gpu in points:
+            by_trial.setdefault(trial, []).append((level, user, gpu))
+        for trial, rows in sorted(by_trial.items()):
+            rows.sort()
+            ax.plot([r[1] for r in rows], [r[2] for r in rows], marker="o", alpha=0.6, linewidth=1)
+        best = max(points, key=lambda p: p[3])
+        ax.annotate(f"#{best[0]} C={best[1]}", (best[2], best[3]), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        ax.set_xlabel("output tok/s per user (1 / TPOT)")
+        ax.set_ylabel("output tok/s per GPU")
+        ax.grid(alpha=0.3)
+    ax.set_title("Serving trade-off: per-user speed against per-GPU throughput")
+    return figure
+
+
 def build_importance_figure(importances: Mapping[str, float], note: str) -> Figure:
     figure = new_figure()
     ax = figure.add_subplot()

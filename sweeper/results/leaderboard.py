@@ -23,6 +23,10 @@ LEVEL_COLUMNS = (
     ("ttft_p99_ms", "p99_ttft_ms"),
     ("itl_p50_ms", "median_itl_ms"),
     ("itl_p99_ms", "p99_itl_ms"),
+    ("output_tok_s_per_gpu", "output_throughput_per_gpu"),
+    ("output_tok_s_per_user", "output_throughput_per_user"),
+    ("power_w", "power_w_mean"),
+    ("energy_j_per_tok", "energy_j_per_output_token"),
     ("valid", "valid"),
 )
 

@@ -34,6 +34,7 @@ def build_figures(data: ReportData) -> dict[str, figures.Figure]:
             [(c.label, list(c.levels), c.series("output_throughput")) for c in data.top]),
         "latency": figures.build_latency_figure(latency),
         "pareto": figures.build_pareto_figure(data.pareto_points, data.pareto_front, *data.pareto_axes),
+        "serving": figures.build_serving_figure(data.serving_points),
         "importance": figures.build_importance_figure(data.importances, data.importance_note),
         "failures": figures.build_failures_figure([(s, k, n) for s, k, n, _ in data.failures]),
         "timeline": figures.build_timeline_figure(timeline),

@@ -70,6 +70,8 @@ class ReportData:
     gap: GapToTarget | None
     ablation: Any = None
     space_description: str = ""
+    # (trial, level, tok/s per user, tok/s per GPU) of every feasible trial's valid levels
+    serving_points: list[tuple[int, int, float, float]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     # the Pareto mode's two objectives (throughput, latency); empty for a one-objective study
     pareto_objectives: list[ObjectiveSpec] = field(default_factory=list)
@@ -120,6 +122,19 @@ def build_pareto_points(study: optuna.Study, frame, level: int) -> list[tuple[in
         metrics = _valid_levels(trials[int(number)], [level]).get(level)
         if metrics and metrics.get("p99_ttft_ms") is not None and metrics.get("output_throughput") is not None:
             points.append((int(number), float(metrics["p99_ttft_ms"]), float(metrics["output_throughput"])))
+    return points
+
+
+def build_serving_points(study: optuna.Study, frame, levels: list[int]) -> list[tuple[int, int, float, float]]:
+    """The serving trade-off: each feasible trial at each of its valid levels, as (trial, level,
+    tok/s per user, tok/s per GPU); levels missing either (GPUs unknown) are left out."""
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    points = []
+    for number in frame.loc[frame["feasible"].astype(bool), "trial"]:
+        for level, metrics in _valid_levels(trials[int(number)], levels).items():
+            user, gpu = metrics.get("output_throughput_per_user"), metrics.get("output_throughput_per_gpu")
+            if user is not None and gpu is not None:
+                points.append((int(number), level, float(user), float(gpu)))
     return points
 
 
@@ -214,4 +229,5 @@ def build_report_data(study: optuna.Study, top: int = TOP_CONFIGS) -> ReportData
         gap=build_study_gap(study),
         ablation=study.user_attrs.get("ablation"),
         space_description=str(study.user_attrs.get("space", {}).get("description", "")),
+        serving_points=build_serving_points(study, frame, levels) if len(frame) else [],
     )

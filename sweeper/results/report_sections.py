@@ -107,6 +107,16 @@ def build_pareto_section(data: ReportData) -> Section:
                    figure="pareto")
 
 
+def build_serving_section(data: ReportData) -> Section:
+    trials = len({p[0] for p in data.serving_points})
+    text = (f"{len(data.serving_points)} levels of {trials} feasible configs. Each line is one config from low to "
+            "high concurrency: batching buys tok/s per GPU with each user's speed (1 / TPOT). Up and to the right "
+            "is better; GPUs per config come from the space's `gpus:` or the engine's TP x DP x PP."
+            if data.serving_points else "No level records both tok/s per user and per GPU (the GPU count of a "
+            "config is unknown: set `gpus:` in the space).")
+    return Section("serving", "Serving trade-off: tok/s per user against tok/s per GPU", [text], [], figure="serving")
+
+
 def build_importance_section(data: ReportData) -> Section:
     table = Table(["parameter", "importance"], [[k, f"{v:.3f}"] for k, v in data.importances.items()])
     return Section("importance", "Parameter importance",
@@ -160,7 +170,8 @@ def build_provenance_section(data: ReportData) -> Section:
 def build_sections(data: ReportData) -> list[Section]:
     sections = [
         build_summary_section(data), build_gap_section(data.gap), build_top_section(data),
-        build_latency_section(data), build_pareto_section(data), build_importance_section(data),
+        build_latency_section(data), build_pareto_section(data), build_serving_section(data),
+        build_importance_section(data),
         build_failures_section(data), build_timeline_section(data), build_ablation_section(data.ablation),
         build_provenance_section(data),
     ]

@@ -1,11 +1,13 @@
 """A STAND-IN for `nvidia-smi`, for hosts without a GPU (tests, the simulator). It is not the real
-tool: it answers only the two queries sweeper's GPU gate runs, in exactly the real tool's formats,
+tool: it answers only the queries sweeper runs, in exactly the real tool's formats,
 
   nvidia-smi --query-gpu=index,uuid,memory.used,memory.total --format=csv,noheader,nounits
+  nvidia-smi --query-gpu=index,uuid,power.draw --format=csv,noheader,nounits
   nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits
 
 from the simulator's bookkeeping (gpumem.py: `$SWEEPER_SIM_GPU_STATE/<pid>.json`), listing only
-processes that are alive. `$SWEEPER_SIM_GPUS` GPUs (default 8) of 97887 MiB. Any other query
+processes that are alive. Power is a made-up constant per GPU, not a model: an H200's idle
+reading (tests/fixtures/nvidia_smi/h200/power.idle.csv) with no server on the GPU, BUSY_W with one. `$SWEEPER_SIM_GPUS` GPUs (default 8) of 97887 MiB. Any other query
 exits 2, so nothing can mistake it for the real tool.
 """
 
@@ -18,9 +20,10 @@ from typing import Sequence
 
 from sweeper.sim.gpumem import GPUS_VAR, TOTAL_MIB, state_dir
 
-GPU_FIELDS = {"index", "uuid", "memory.used", "memory.total"}
+GPU_FIELDS = {"index", "uuid", "memory.used", "memory.total", "power.draw"}
 APP_FIELDS = {"gpu_uuid", "pid", "used_memory"}
 IDLE_MIB = 3
+IDLE_W, BUSY_W = 79.67, 412.5
 
 
 def gpu_uuid(index: int) -> str:
@@ -65,7 +68,8 @@ def render(argv: Sequence[str], gpu_count: int, records: list[dict]) -> str | No
             if record["gpu"] in used:
                 used[record["gpu"]] += int(record["used_mib"])
         values = lambda i: {"index": str(i), "uuid": gpu_uuid(i), "memory.used": str(used[i]),  # noqa: E731
-                            "memory.total": str(TOTAL_MIB)}
+                            "memory.total": str(TOTAL_MIB),
+                            "power.draw": f"{BUSY_W if used[i] > IDLE_MIB else IDLE_W:.2f}"}
         return "".join(", ".join(values(i)[f] for f in fields) + "\n" for i in range(gpu_count))
     if (fields := _fields(argv, "--query-compute-apps=")) and set(fields) <= APP_FIELDS:
         rows = [{"gpu_uuid": gpu_uuid(r["gpu"]), "pid": str(r["pid"]), "used_memory": str(r["used_mib"])}

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, field_validator, model_validator
 
 from sweeper.errors import ConfigError
-from sweeper.outcomes import LATENCY_METRICS, THROUGHPUT_METRICS, MetricName
+from sweeper.outcomes import FAIRNESS_METRICS, LATENCY_METRICS, THROUGHPUT_METRICS, MetricName
 from sweeper.spec.expr import MAX_PROBES, Expr, ExprError, Missing, first_type_error, parse_expr
 from sweeper.spec.loading import Strict, validate_model
 from sweeper.spec.yamlfile import KeyPath, format_path, line_of, parse_yaml_with_lines
@@ -516,7 +516,7 @@ def _check_objectives(space: Space) -> list[tuple[KeyPath, str]]:
         return [(("objectives",), "give either 'objective' (one metric) or 'objectives' (two: the "
                                   "Pareto mode), not both")]
     problems: list[tuple[KeyPath, str]] = []
-    wanted = [("a throughput to maximise", THROUGHPUT_METRICS), ("a latency to minimise", LATENCY_METRICS)]
+    wanted = [("a throughput to maximise", THROUGHPUT_METRICS + FAIRNESS_METRICS), ("a latency to minimise", LATENCY_METRICS)]
     for index, (term, (what, metrics)) in enumerate(zip(space.objectives, wanted)):
         if term.metric not in metrics:
             problems.append((("objectives", index, "metric"), f"objective {index + 1} must be {what}: one of "
@@ -525,3 +525,9 @@ def _check_objectives(space: Space) -> list[tuple[KeyPath, str]]:
             problems.append((("objectives", index, "level"), f"{term.level} is not one of workload.concurrency"))
     return problems
 
+
+def gpu_count_of(space: Space, config: dict[str, Any]) -> int | None:
+    """GPUs a config needs, from the space's `gpus` expression (None: the space does not say)."""
+    if space.gpus is None:
+        return None
+    return int(parse_expr(space.gpus, space.names).evaluate(dict(config)))

@@ -6,6 +6,7 @@ study's judgement of each level (an SLO broken, a ladder abandoned)."""
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -22,6 +23,7 @@ from sweeper.loadgen.vocab import model_vocab_size
 from sweeper.outcomes import LevelMetrics
 from sweeper.spec.space import Workload
 from sweeper.trial.context import Failure
+from sweeper.trial.energy import PowerMeter
 from sweeper.trial.launch import LogWatch
 
 
@@ -80,13 +82,15 @@ def stall_watch(host: Host, proc: ServerProcess, stall_lines: Sequence[str]) -> 
 
 def measure_levels(plan: LoadPlan, place: LoadPlace, trial_dir: Path,
                    on_level: Callable[[int, dict], Failure | None], still_alive: Callable[[], bool],
-                   new_stall: Callable[[], str | None] = lambda: None,
-                   ) -> tuple[dict[int, LevelMetrics], Failure | None]:
-    """The trial's ladder: (levels measured, the failure that ended it early or None)."""
+                   new_stall: Callable[[], str | None] = lambda: None, gpus: int | None = None,
+                   power: PowerMeter | None = None) -> tuple[dict[int, LevelMetrics], Failure | None]:
+    """The trial's ladder: (levels measured, the failure that ended it early or None). `gpus`:
+    the GPUs the config runs on (per-GPU metrics); `power`: a running meter of their power."""
     def send(prompts: list, concurrency: int) -> LevelRun:
         return place.run(prompts, plan.output_len, concurrency, plan.options)
 
-    return run_ladder(plan, send, TrialLadderHooks(trial_dir, place.where, on_level, still_alive, new_stall))
+    hooks = TrialLadderHooks(trial_dir, place.where, on_level, still_alive, new_stall, gpus, power, plan.time_scale)
+    return run_ladder(plan, send, hooks)
 
 
 def measure_native_levels(concurrency: Sequence[int], native_level: Callable[[int], dict],
@@ -109,10 +113,13 @@ class TrialLadderHooks(LadderHooks):
     per level."""
 
     def __init__(self, trial_dir: Path, where: str, on_level: Callable[[int, dict], Failure | None],
-                 still_alive: Callable[[], bool], new_stall: Callable[[], str | None] = lambda: None) -> None:
+                 still_alive: Callable[[], bool], new_stall: Callable[[], str | None] = lambda: None,
+                 gpus: int | None = None, power: PowerMeter | None = None, time_scale: float = 1.0) -> None:
         self.samples_dir = trial_dir / "samples"
         self.samples_dir.mkdir(parents=True, exist_ok=True)
         self.where, self.on_level, self.still_alive, self.new_stall = where, on_level, still_alive, new_stall
+        self.gpus, self.power, self.time_scale = gpus, power, time_scale
+        self.energy: dict[int, list[tuple[float, float, int]]] = {}  # level -> (J, wall s, tokens) per run
 
     def run_notes(self, concurrency: int) -> list[str]:
         stall = self.new_stall()
@@ -129,6 +136,12 @@ class TrialLadderHooks(LadderHooks):
         return None
 
     def run_done(self, concurrency: int, repeat: int, run: LevelRun) -> Stop | None:
+        if self.power is not None:
+            end = time.monotonic()  # the run just returned: it spanned its duration up to now
+            joules = self.power.energy_j(end - run.duration_s, end)
+            if joules is not None:
+                tokens = sum(s.output_tokens for s in run.samples if s.ok)
+                self.energy.setdefault(concurrency, []).append((joules, run.duration_s, tokens))
         suffix = "" if repeat == 0 else f".r{repeat + 1}"  # c<C>.json stays the first repeat
         (self.samples_dir / f"c{concurrency}{suffix}.json").write_text(json.dumps([asdict(s) for s in run.samples]))
         if hang := hang_of(run.samples, concurrency, "measured run", self.still_alive):
@@ -137,14 +150,30 @@ class TrialLadderHooks(LadderHooks):
             return Stop(_crashed(concurrency), keep_level=True)
         return None
 
-    def level_fields(self, concurrency: int) -> dict[str, Any]:
-        return {"load_from": self.where}
+    def level_fields(self, concurrency: int, metrics: LevelMetrics) -> dict[str, Any]:
+        return {"load_from": self.where, **per_gpu_fields(metrics, self.gpus),
+                **energy_fields(self.energy.get(concurrency, []), self.time_scale)}
 
     def level_done(self, concurrency: int, metrics: LevelMetrics) -> Stop | None:
         if not self.still_alive():
             return Stop(_crashed(concurrency))
         verdict = self.on_level(concurrency, metrics)
         return Stop(verdict) if verdict else None
+
+
+def per_gpu_fields(metrics: LevelMetrics, gpus: int | None) -> dict[str, Any]:
+    """The level's output tok/s per GPU the config runs on (None when that count is unknown)."""
+    throughput = metrics.get("output_throughput")
+    per_gpu = throughput / gpus if gpus and throughput is not None else None
+    return {"gpus": gpus, "output_throughput_per_gpu": per_gpu}
+
+
+def energy_fields(runs: list[tuple[float, float, int]], time_scale: float = 1.0) -> dict[str, Any]:
+    """Mean power and joules per output token over a level's measured runs ((J, wall s, tokens)
+    each). Under a time-scaled simulator the joules are in modelled time, as every duration is."""
+    joules, wall, tokens = (sum(run[i] for run in runs) for i in range(3))
+    return {"power_w_mean": joules / wall if wall > 0 else None,
+            "energy_j_per_output_token": joules / time_scale / tokens if tokens > 0 else None}
 
 
 def _crashed(concurrency: int) -> Failure:

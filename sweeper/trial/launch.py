@@ -24,7 +24,7 @@ from sweeper.engines.flags import flag_problems
 from sweeper.errors import InfraError
 from sweeper.hosts.base import Host, ServerProcess, StopReport
 from sweeper.hosts.gate import check_gpus_before_launch, wait_gpus_released
-from sweeper.hosts.gpu import GpuSnapshot
+from sweeper.hosts.gpu import GpuSnapshot, gpus_needed
 from sweeper.loadgen.client import LoadgenError, complete, get_status
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.redact import redact_env
@@ -46,6 +46,8 @@ class LaunchedServer:
     model: str  # the name every request carries (the engine's served_model)
     dialect: RequestDialect  # what the engine's HTTP API accepts
     stall_timeout_s: float  # the watchdog: no byte for this long while the server lives is a hang
+    argv: tuple[str, ...] = ()  # as launched
+    gpu_indices: tuple[int, ...] | None = None  # the GPUs the trial may use (None: the GPU gate is off)
 
     def still_alive(self) -> bool:
         return self.host.is_alive(self.proc)
@@ -69,18 +71,20 @@ def launched_server(ctx: TrialContext, config: Mapping[str, Any], outcome: Trial
     if started is None:
         yield None
         return
-    proc, port, gpu_baseline = started
+    proc, port, gpu_baseline, argv = started
+    gpus = None if gpu_baseline is None else tuple(
+        gpus_needed(ctx.host_spec.gpus, gpu_baseline, ctx.host_spec.env.get("CUDA_VISIBLE_DEVICES")))
     try:
-        yield _ready_or_none(ctx, outcome, timer, proc, port)
+        yield _ready_or_none(ctx, outcome, timer, proc, port, argv, gpus)
     finally:
         _stop_and_release(ctx, outcome, timer, proc, port, gpu_baseline, on_stopped)
 
 
 def _start_checked(ctx: TrialContext, config: Mapping[str, Any], outcome: TrialOutcome, timer: Callable,
                    extra_env: Mapping[str, str], extra_argv: tuple[str, ...] = (),
-                   ) -> tuple[ServerProcess, int, GpuSnapshot | None] | None:
-    """Preflight, GPU gate, flag check, launch: the process, its port and the GPUs' baseline, or
-    None with the failure in the outcome."""
+                   ) -> tuple[ServerProcess, int, GpuSnapshot | None, tuple[str, ...]] | None:
+    """Preflight, GPU gate, flag check, launch: the process, its port, the GPUs' baseline and its
+    argv, or None with the failure in the outcome."""
     space = ctx.space
     with timer("preflight"):
         port_or_failure = preflight(space, config, ctx.host, ctx.host_spec.base_port)
@@ -102,11 +106,11 @@ def _start_checked(ctx: TrialContext, config: Mapping[str, Any], outcome: TrialO
         proc = launch(ctx.host, spec, ctx.trial_dir)
         outcome.launched = True
         ctx.on_started(proc)
-    return proc, port, gpu_baseline
+    return proc, port, gpu_baseline, tuple(spec.argv)
 
 
 def _ready_or_none(ctx: TrialContext, outcome: TrialOutcome, timer: Callable, proc: ServerProcess,
-                   port: int) -> LaunchedServer | None:
+                   port: int, argv: tuple[str, ...], gpu_indices: tuple[int, ...] | None) -> LaunchedServer | None:
     info = ctx.engine.info
     model = ctx.engine.served_model(ctx.space)
     with timer("wait_ready"):
@@ -115,7 +119,7 @@ def _ready_or_none(ctx: TrialContext, outcome: TrialOutcome, timer: Callable, pr
         outcome.failure = Failure("wait_ready", verdict.kind, verdict.message, verdict.log_tail)
         return None
     return LaunchedServer(ctx.host, proc, port, ctx.host.base_url(port), model, info.dialect,
-                          stall_timeout_of(ctx.space))
+                          stall_timeout_of(ctx.space), argv, gpu_indices)
 
 
 def _stop_and_release(ctx: TrialContext, outcome: TrialOutcome, timer: Callable, proc: ServerProcess, port: int,

@@ -7,17 +7,20 @@ server's outputs and measures its ladder (ladder.py). A config-caused failure co
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from sweeper.engines.base import gpus_in_argv
 from sweeper.errors import InfraError
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.loadgen.onhost import load_place
 from sweeper.outcomes import FailureKind
-from sweeper.spec.space import OutputCheck
+from sweeper.spec.space import OutputCheck, gpu_count_of
 from sweeper.trial.context import Failure, TrialContext, TrialOutcome
+from sweeper.trial.energy import PowerMeter
 from sweeper.trial.gate import GateError, GateTimeout, OutputSample, collect_samples, judge, write_check_file
 from sweeper.trial.ladder import (build_level_plan, build_level_probe, build_level_prompts, build_stream_options,
                                   measure_levels, measure_native_levels, served_vocab_size, stall_watch)
@@ -97,12 +100,31 @@ def _check_and_measure(ctx: TrialContext, outcome: TrialOutcome, server: Launche
             plan = build_level_plan(space.workload, server.dialect, ctx.engine.clock_scale(space),
                                     server.stall_timeout_s, served_vocab_size(ctx.host, space.model),
                                     build_level_probe(server.base_url, server.model, ctx.engine.info, space.workload))
-            outcome.levels, outcome.failure = measure_levels(
-                plan, place, ctx.trial_dir, ctx.on_level, server.still_alive,
-                stall_watch(ctx.host, server.proc, ctx.engine.info.stall_lines))
+            gpus = config_gpus(ctx, outcome.config, server.argv)
+            with power_meter(ctx, server, gpus) as power:
+                outcome.levels, outcome.failure = measure_levels(
+                    plan, place, ctx.trial_dir, ctx.on_level, server.still_alive,
+                    stall_watch(ctx.host, server.proc, ctx.engine.info.stall_lines), gpus, power)
     for goal_level in sorted({goal.level for goal in space.goals}):  # one level, or the Pareto pair's
         measured = outcome.levels.get(goal_level)
         if outcome.failure is None and measured is not None and not measured.get("valid"):
             # An invalid measurement never scores: recorded with its reasons, never ranked.
             reasons = "; ".join(measured.get("invalid_reasons") or ["invalid"])
             outcome.failure = Failure("load", "invalid_measurement", reasons)
+
+
+def config_gpus(ctx: TrialContext, config: Mapping[str, Any], argv: Sequence[str]) -> int | None:
+    """The GPUs the config runs on: the space's `gpus:` expression, else the engine's parallel
+    sizes in its argv (TP x DP x PP), else unknown."""
+    return gpu_count_of(ctx.space, dict(config)) or gpus_in_argv(argv, ctx.engine.info.parallel_flags)
+
+
+@contextmanager
+def power_meter(ctx: TrialContext, server: LaunchedServer, gpus: int | None) -> Iterator[PowerMeter | None]:
+    """A meter of the power of the server's GPUs (its first `gpus` of those the trial may use)
+    while the block runs; None where the GPU gate is off (no nvidia-smi to read)."""
+    if server.gpu_indices is None:
+        yield None
+        return
+    with PowerMeter(ctx.host.gpu_power, server.gpu_indices[:gpus] if gpus else server.gpu_indices) as meter:
+        yield meter

@@ -1,12 +1,16 @@
 """Per-trial GPU memory through the CLI: a simulator sweep on the local host with the GPU gate on,
 nvidia-smi being the stand-in (sweeper/sim/nvidia_smi.py: the real tool's two query formats, fed
-by the simulator's scheduler children, released exactly when they exit). The real tool's numbers
+by the simulator's scheduler children, released exactly when they exit; its power.draw a constant
+per busy GPU, so the energy per token a level records is checkable). The real tool's numbers
 from an H200 are in bench/gpu/README.md; this checks the recording, which no GPU is needed for."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
+
+from sweeper.sim.nvidia_smi import BUSY_W
 from tests.support.sshd import install_stand_in
 
 IDLE_MIB = 3  # the stand-in's idle reading per GPU
@@ -39,6 +43,14 @@ hosts:
         assert memory["after"] == memory["before"]  # back at baseline: the gate waited for it
         assert max(memory["serving"].values()) > IDLE_MIB  # the server held memory while serving
         assert outcome["stage_seconds"]["gpu_release"] >= 0
+        for level in outcome["levels"].values():  # energy: the stand-in's power of the server's GPUs
+            gpus = outcome["config"]["tp_size"]
+            assert level["gpus"] == gpus
+            assert level["output_throughput_per_gpu"] == pytest.approx(level["output_throughput"] / gpus)
+            assert level["power_w_mean"] == pytest.approx(gpus * BUSY_W)
+            # joules in modelled time (time scale 0.01), as the throughput is
+            assert level["energy_j_per_output_token"] == pytest.approx(
+                gpus * BUSY_W / level["output_throughput"], rel=0.2)
         recorded.append(trial.name)
     assert len(recorded) >= 1
 

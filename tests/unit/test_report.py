@@ -22,7 +22,7 @@ from sweeper.results.gap import build_gap_to_target, format_gap_lines, needed_st
 from sweeper.results.importance import MIN_TRIALS, build_param_importances
 from sweeper.results.ranking import best_ranked_trial, ranked_frame
 from sweeper.results.report import build_report, write_report
-from sweeper.results.report_data import pareto_front
+from sweeper.results.report_data import build_report_data, pareto_front
 
 SPACE_TEXT = """\
 name: t
@@ -180,7 +180,7 @@ def test_report_sections_plots_and_optional_parts(study, tmp_path):
     study.set_user_attr("ablation", [{"change": "ep 1 -> 8", "tok_s": 26.0, "delta": "+13%"}])
     report = build_report(study)
     images = _pngs(report.html)
-    assert len(images) == 6
+    assert len(images) == 7
     for image in images:
         assert image.shape[:2] == (FIG_PIXELS[1], FIG_PIXELS[0]) and image.std() > 0.01
     for needle in ("Gap to target", "step needed at C=16: 16.0 ms (have 600.0 ms): 37.5x faster steps missing",
@@ -194,8 +194,25 @@ def test_report_sections_plots_and_optional_parts(study, tmp_path):
         assert (tmp_path / link).is_file()
 
 
+def test_the_serving_trade_off_takes_every_feasible_valid_level_with_a_gpu_count():
+    study = make_study()
+    fair = lambda tok_s, user, gpu: {**level(tok_s), "output_throughput_per_user": user,  # noqa: E731
+                                     "output_throughput_per_gpu": gpu}
+    fixed(study, {"tp": 8, "graphs": False, "max_bs": 16, "proto": "1"}, 24.0,
+          {1: fair(10.0, 10.0, 1.25), 16: fair(24.0, 1.6, 3.0)})
+    fixed(study, {"tp": 4, "graphs": True, "proto": "1"}, 20.0,
+          {1: fair(11.0, 11.0, 2.75), 16: {**fair(20.0, 1.3, 5.0), "valid": False}})
+    fixed(study, {"tp": 4, "graphs": False, "max_bs": 8, "proto": "0"}, 30.0, {1: level(8.0), 16: level(30.0)})
+    data = build_report_data(study)
+    assert sorted(data.serving_points) == [(0, 1, 10.0, 1.25), (0, 16, 1.6, 3.0), (1, 1, 11.0, 2.75)]
+    html = build_report(study).html
+    assert "Serving trade-off" in html and "3 levels of 2 feasible configs" in html
+    frame = build_export_frame(study)
+    assert list(frame.set_index("trial").loc[[0, 2], "c16_output_tok_s_per_gpu"].fillna(-1)) == [3.0, -1]
+
+
 def test_report_of_a_study_without_results_still_builds():
     study = make_study()
     report = build_report(study)
-    assert len(_pngs(report.html)) == 6 and "Gap to target" not in report.html
+    assert len(_pngs(report.html)) == 7 and "Gap to target" not in report.html
     assert "Ablation" not in report.html and "needs at least" in report.html
