@@ -55,15 +55,23 @@ def load(
     resolution: Optional[float] = typer.Option(None, "--resolution", min=0.0,
                                                help="Capacity search: stop within this (concurrency: 1; rate: "
                                                     "this fraction of the rate, 0.05)."),
+    dataset: Optional[Path] = typer.Option(None, "--dataset", help="ShareGPT JSON or JSONL prompts, sent verbatim (seeded sample)."),
+    dataset_format: Optional[str] = typer.Option(None, "--dataset-format", help="sharegpt or jsonl (default: from the content)."),
 ) -> None:
     """Measure a running server with sweeper's client and metrics; launches nothing."""
     from sweeper.loadgen.client import StreamOptions
-    from sweeper.loadgen.ladder import LoadPlan, parse_api, parse_levels, run_load, write_load_records
+    from sweeper.loadgen.datasets import FORMATS
+    from sweeper.loadgen.ladder import LoadPlan, load_records, parse_api, parse_levels, run_load, write_load_records
+    from sweeper.loadgen.probe import LevelProbe
     from sweeper.loadgen.vocab import local_vocab_size
     from sweeper.loadgen.workload import tokenizer_from_file
 
     with user_errors():
         levels, api_name = parse_levels(concurrency), parse_api(api)
+        if dataset_format is not None and dataset_format not in FORMATS:
+            raise UserError(f"--dataset-format: one of {', '.join(FORMATS)}, got {dataset_format!r}")
+        words = tokenizer_from_file(str(tokenizer)) if tokenizer else None
+        records = load_records(str(dataset), dataset_format, words) if dataset else ()  # before any request
         model = model or _discovered_model(url)
         plan = LoadPlan(
             concurrency=levels, input_len=input_len, output_len=output_len,
@@ -71,10 +79,10 @@ def load(
             request_rate=request_rate or None, poisson=not fixed_rate,
             slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, time_scale=time_scale,
             max_client_lag_ms=max_client_lag_ms,
-            tokenizer=tokenizer_from_file(str(tokenizer)) if tokenizer else None,
-            vocab_size=local_vocab_size(model),
+            tokenizer=words, vocab_size=local_vocab_size(model), records=records,
             options=StreamOptions(api=api_name, timeout_s=timeout, stall_timeout_s=stall_timeout,
                                   min_tokens=min_tokens, continuous_usage=continuous_usage),
+            probe=LevelProbe(url, model, tokenizer=words),
         )
         if engine is not None:
             plan = _fitted_to_engine(plan, engine)
@@ -149,7 +157,8 @@ def _discovered_model(url: str) -> str:
 
 
 def _fitted_to_engine(plan, engine: str):
-    """The plan's requests limited to what this engine's server accepts (`--engine`)."""
+    """The plan's requests limited to what this engine's server accepts (`--engine`), and what it
+    offers besides: its prefix-cache flush and metrics, its /tokenize."""
     from dataclasses import replace
 
     from sweeper.engines import ENGINES, get_engine
@@ -157,7 +166,9 @@ def _fitted_to_engine(plan, engine: str):
 
     if engine not in ENGINES:
         raise UserError(f"--engine: one of {', '.join(sorted(ENGINES))}, got {engine!r}")
-    return replace(plan, options=fit_to_dialect(plan.options, get_engine(engine).info.dialect))
+    info = get_engine(engine).info
+    probe = replace(plan.probe, cache=info.prefix_cache, tokenize=info.tokenize) if plan.probe else None
+    return replace(plan, options=fit_to_dialect(plan.options, info.dialect), probe=probe)
 
 
 def _load_row(level: int, m: dict) -> list[str]:

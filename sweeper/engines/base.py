@@ -8,7 +8,8 @@ from typing import Any, Mapping, Protocol, Sequence
 
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import Space
-from sweeper.loadgen.endpoints import RequestDialect
+from sweeper.loadgen.endpoints import RequestDialect, TokenizeApi
+from sweeper.loadgen.probe import PrefixCacheApi
 from sweeper.outcomes import FailureKind
 
 
@@ -45,6 +46,10 @@ class EngineInfo:
     # log lines meaning requests waited on a one-time compile: a measured run that logs one did
     # not measure the steady state, so its level is invalid (never ranked)
     stall_lines: Sequence[str] = field(default_factory=tuple)
+    # its prefix cache's flush endpoint and /metrics names, and its own tokenizer endpoint
+    # (loadgen/probe.py): the cache is emptied before each level, its hit rate recorded per level
+    prefix_cache: PrefixCacheApi = PrefixCacheApi()
+    tokenize: TokenizeApi | None = None
     # the flags whose values multiply into the GPUs a launch uses (TP x DP x PP), each factor with
     # its spellings; empty: the engine does not say (per-GPU metrics need the space's `gpus:`)
     parallel_flags: Sequence[Sequence[str]] = field(default_factory=tuple)

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from sweeper.spec.space import Space
 from sweeper.engines.base import EngineAdapter, EngineInfo, Readiness, Signature, space_flag_args
+from sweeper.loadgen.endpoints import TokenizeApi
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"  # the sdist scripts/build_llama_server.sh builds from
 BINARY_ENV = "SWEEPER_LLAMA_SERVER"
@@ -46,6 +47,8 @@ LLAMACPP_INFO = EngineInfo(
     # /health answers 503 {"message": "Loading model"} until the model is loaded, then 200
     readiness=Readiness(health_path="/health", ready_line="listening on http://"),
     signatures=LLAMACPP_SIGNATURES,
+    # POST /tokenize {"content": text} -> {"tokens": [...]}; no endpoint empties its slots' cache
+    tokenize=TokenizeApi("/tokenize", "content", sends_model=False),
 )
 
 

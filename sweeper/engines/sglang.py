@@ -9,6 +9,8 @@ from sweeper.engines.base import (
     EngineAdapter, EngineInfo, LaunchSpec, Readiness, Signature, argv_value, flag_ports, port_number,
     space_flag_args,
 )
+from sweeper.loadgen.endpoints import TokenizeApi
+from sweeper.loadgen.probe import PrefixCacheApi
 
 # Exact substrings from SGLang's logs (../shared/reference/engines.md), each found in the 0.5.23
 # sources (tests/unit/test_failure_signatures.py names the files); most specific first.
@@ -70,6 +72,12 @@ SGLANG_INFO = EngineInfo(
     readiness=Readiness(health_path="/health_generate",
                         ready_line="The server is fired up and ready to roll!"),
     signatures=SGLANG_SIGNATURES,
+    # POST /flush_cache empties the radix cache (it refuses while requests run); /metrics only with
+    # --enable-metrics: counters sglang:cached_tokens_total and sglang:prompt_tokens_total, and the
+    # gauge sglang:cache_hit_rate (over recent batches)
+    prefix_cache=PrefixCacheApi(flush_path="/flush_cache", hits_counter="sglang:cached_tokens",
+                                queries_counter="sglang:prompt_tokens", hit_rate_gauge="sglang:cache_hit_rate"),
+    tokenize=TokenizeApi("/tokenize", "prompt", sends_model=True),  # -> {"tokens", "count", ...}
     # server_args.py: expert parallelism (--ep-size) splits the TP group, it adds no GPUs
     parallel_flags=(("--tp-size", "--tensor-parallel-size"), ("--dp-size", "--data-parallel-size"),
                     ("--pp-size", "--pipeline-parallel-size")),

@@ -11,6 +11,8 @@ from typing import Any, Mapping
 from sweeper.spec.space import Space
 from sweeper.engines.base import (EngineAdapter, EngineInfo, LaunchSpec, Readiness, Signature, env_ports,
                                   flag_ports, space_flag_args)
+from sweeper.loadgen.endpoints import TokenizeApi
+from sweeper.loadgen.probe import PrefixCacheApi
 
 # Exact substrings from vLLM's sources and logs (engines.md; 0.33: vllm/v1/core/kv_cache_planning.py,
 # vllm/v1/worker/utils.py, vllm/v1/engine/utils.py; 0.24.0 as run on the H200:
@@ -64,6 +66,12 @@ VLLM_INFO = EngineInfo(
     # 0.24's JIT monitor, once per kernel after its warm-up: "Triton kernel JIT compilation during
     # inference: fused_moe_kernel. This causes a latency spike; ..." (a ~0.5 s stall on the H200)
     stall_lines=("JIT compilation during inference",),
+    # POST /reset_prefix_cache is routed only with VLLM_SERVER_DEV_MODE=1 in the server's env
+    # (vllm/entrypoints/serve/cache/api_router.py); else 404, recorded as cache_flushed: false.
+    # Counters (tokens): vllm:prefix_cache_hits_total, vllm:prefix_cache_queries_total
+    prefix_cache=PrefixCacheApi(flush_path="/reset_prefix_cache", hits_counter="vllm:prefix_cache_hits",
+                                queries_counter="vllm:prefix_cache_queries"),
+    tokenize=TokenizeApi("/tokenize", "prompt", sends_model=True),  # -> {"count", "tokens", "max_model_len"}
     parallel_flags=(("--tensor-parallel-size", "-tp"), ("--data-parallel-size", "-dp"),
                     ("--pipeline-parallel-size", "-pp")),
 )

@@ -1,6 +1,8 @@
 """Load generator: seeded prompts, a streaming client of our own, statistics, the level loop.
 
-- workload.py   seeded prompts (token ids or text of a length) and open-loop arrival schedules
+- workload.py   seeded prompts (token ids or text of a length), shared prefixes, arrival schedules
+- datasets.py   dataset files (ShareGPT, JSONL) and length distributions: records sent verbatim
+- probe.py      the server's side of a level: prefix-cache flush and hit rate, prompt token counts
 - endpoints.py  request bodies and URLs per API (completions, chat, SGLang's /generate), dialects
 - client.py     the async send loops (closed loop, open loop), one-shot completions, GETs
 - stream.py     a streamed reply parsed as it arrives: events counted into a per-request tally

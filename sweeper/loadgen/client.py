@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Coroutine, TypeVar
 
-from sweeper.loadgen.endpoints import Api, RequestDialect, build_request_body, endpoint_url
+from sweeper.loadgen.endpoints import Api, Prompt, RequestDialect, build_request_body, endpoint_url, request_parts
 from sweeper.loadgen.http1 import BufferSink, HttpError, Pool, RequestTimeout, StaleConnection, Stalled
 from sweeper.loadgen.lag import LagStats, LoopLagMonitor
 from sweeper.loadgen.stream import ERROR_BODY_CHARS, StreamSink, StreamTally
@@ -134,7 +134,7 @@ def _options(options: StreamOptions | None, timeout_s: float, extra_body: dict |
 async def run_closed_loop(
     base_url: str,
     model: str,
-    prompts: list[list[int]] | list[str],
+    prompts: list[Prompt],
     output_len: int,
     concurrency: int,
     *,
@@ -185,7 +185,7 @@ async def run_closed_loop(
 async def run_open_loop(
     base_url: str,
     model: str,
-    prompts: list[list[int]] | list[str],
+    prompts: list[Prompt],
     output_len: int,
     send_offsets_s: list[float],
     *,
@@ -249,7 +249,7 @@ def event_loop_name() -> str:
 def run_level(
     base_url: str,
     model: str,
-    prompts: list[list[int]] | list[str],
+    prompts: list[Prompt],
     output_len: int,
     concurrency: int,
     *,
@@ -276,14 +276,16 @@ async def _send_streaming(
     pool: Pool,
     url: str,
     model: str,
-    prompt: str | list[int],
+    prompt: Prompt,
     output_len: int,
     opts: StreamOptions,
 ) -> RequestSample:
+    content, own_len = request_parts(prompt)
+    output_len = own_len or output_len  # a dataset record's or a drawn length
     payload = build_request_body(
         opts.api,
         model,
-        prompt,
+        content,
         output_len,
         stream=True,
         extra_body=opts.extra_body,
@@ -309,7 +311,7 @@ async def _send_streaming(
         chunk_times=tally.chunk_times,
         chunk_tokens=tally.chunk_tokens,
         end=end,
-        prompt_tokens=tally.prompt_tokens if tally.prompt_tokens is not None else _prompt_ids(prompt),
+        prompt_tokens=tally.prompt_tokens if tally.prompt_tokens is not None else _prompt_ids(content),
         output_tokens=tally.completion_tokens if tally.completion_tokens is not None else streamed,
         streamed_tokens=streamed,
         usage_reported=tally.completion_tokens is not None,
@@ -340,9 +342,9 @@ async def _attempt(pool: Pool, url: str, body: bytes, opts: StreamOptions, fresh
         return stream, f"{type(exc).__name__}: {exc}"[:ERROR_BODY_CHARS]
 
 
-def _prompt_ids(prompt: str | list[int]) -> int:
+def _prompt_ids(prompt: str | list[int] | list[dict]) -> int:
     """Input tokens when the server reports none: exact for token ids, 0 (unknown) for text."""
-    return len(prompt) if isinstance(prompt, list) else 0
+    return len(prompt) if isinstance(prompt, list) and not (prompt and isinstance(prompt[0], dict)) else 0
 
 
 async def complete_once(
@@ -431,6 +433,20 @@ def get(url: str, timeout_s: float = 5.0) -> tuple[int, str]:
         return reply.status, reply.text()
 
     return asyncio.run(fetch())
+
+
+def post(url: str, payload: dict | None = None, timeout_s: float = 10.0) -> tuple[int, str]:
+    """Status and text of a POST with a JSON body (none when payload is None); raises HttpError
+    (ValueError for a URL that is not http(s))."""
+    body = b"" if payload is None else json.dumps(payload).encode()
+
+    async def send() -> tuple[int, str]:
+        reply = BufferSink(limit=16 * 1024 * 1024)
+        async with Pool() as pool:
+            await pool.request("POST", url, body, reply, headers=JSON_HEADERS, timeout_s=timeout_s)
+        return reply.status, reply.text()
+
+    return asyncio.run(send())
 
 
 def get_status(url: str, timeout_s: float = 5.0) -> int | None:

@@ -130,13 +130,15 @@ def sample_records(records: Sequence[PromptRecord], n: int, seed: int) -> list[P
 @dataclass(frozen=True)
 class LengthDistribution:
     """Token lengths, guidellm-style: fixed, uniform in [min, max], or normal / lognormal with a
-    mean and standard deviation (of the lengths themselves), clipped to [min, max]."""
+    mean and standard deviation (of the lengths themselves), clipped to [min, max]. A lognormal
+    may give `sigma` (of the lengths' logarithm) instead of std; its mean is still `mean`."""
 
     kind: Literal["fixed", "uniform", "normal", "lognormal"] = "fixed"
     mean: float = 128
     std: float = 0
     min: int = 1
     max: int | None = None
+    sigma: float | None = None
 
 
 def draw_lengths(dist: LengthDistribution, n: int, seed: int) -> list[int]:
@@ -150,6 +152,6 @@ def draw_lengths(dist: LengthDistribution, n: int, seed: int) -> list[int]:
     elif dist.kind == "normal":
         values = rng.normal(dist.mean, dist.std, size=n)
     else:  # lognormal with the given mean and std of the lengths (not of their logarithm)
-        sigma2 = np.log(1 + (dist.std / dist.mean) ** 2)
+        sigma2 = dist.sigma ** 2 if dist.sigma is not None else np.log(1 + (dist.std / dist.mean) ** 2)
         values = rng.lognormal(np.log(dist.mean) - sigma2 / 2, np.sqrt(sigma2), size=n)
     return [int(v) for v in np.clip(np.rint(values), dist.min, high)]

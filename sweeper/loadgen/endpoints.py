@@ -10,9 +10,13 @@ event carries the text so far and `meta_info` with the cumulative completion_tok
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Union
 
 Api = Literal["completions", "chat", "generate"]
+# One request's prompt: text, token ids, or (datasets, drawn output lengths, shared prefixes) a
+# JSON-able dict {"prompt": text | ids} or {"messages": [...]}, with its own "max_tokens" when
+# it has one. Dicts travel to the host as they are (loadgen/onhost.py).
+Prompt = Union[str, list[int], dict]
 APIS: tuple[str, ...] = ("completions", "chat", "generate")
 _PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions", "generate": "/generate"}
 
@@ -34,6 +38,39 @@ class RequestDialect:
     coalesced_stream: bool = False
 
 
+def request_parts(prompt: Prompt) -> tuple[str | list[int] | list[dict], int | None]:
+    """What a prompt sends (text, token ids or chat messages) and its own output length (None:
+    the level's)."""
+    if not isinstance(prompt, dict):
+        return prompt, None
+    content = prompt["messages"] if "messages" in prompt else prompt["prompt"]
+    return content, prompt.get("max_tokens")
+
+
+@dataclass(frozen=True)
+class TokenizeApi:
+    """An engine's own tokenizer endpoint (POST): vLLM's and SGLang's take {"model", "prompt"} and
+    answer {"count", "tokens", ...}; llama-server's takes {"content"} and answers {"tokens"}."""
+
+    path: str = "/tokenize"
+    text_field: str = "prompt"
+    sends_model: bool = True
+
+
+def build_tokenize_body(api: TokenizeApi, model: str, text: str) -> dict[str, Any]:
+    return {api.text_field: text} | ({"model": model} if api.sends_model else {})
+
+
+def parse_token_count(reply: Any) -> int:
+    """The token count of a /tokenize answer; ValueError when it has none."""
+    if isinstance(reply, dict):
+        if isinstance(reply.get("count"), int):
+            return reply["count"]
+        if isinstance(reply.get("tokens"), list):
+            return len(reply["tokens"])
+    raise ValueError(f"no token count in {str(reply)[:200]!r}")
+
+
 def endpoint_url(base_url: str, api: Api) -> str:
     if api not in _PATHS:
         raise ValueError(f"unknown api {api!r} (known: {', '.join(APIS)})")
@@ -43,7 +80,7 @@ def endpoint_url(base_url: str, api: Api) -> str:
 def build_request_body(
     api: Api,
     model: str,
-    prompt: str | list[int],
+    prompt: str | list[int] | list[dict],
     max_tokens: int,
     *,
     stream: bool,
@@ -55,14 +92,17 @@ def build_request_body(
     """Greedy request body. A streamed load request also ignores EOS (unless ignore_eos=False, for
     servers that refuse the field; and, with min_tokens, asks for at least max_tokens) so it runs
     to max_tokens, and asks for the usage report; with continuous_usage, for a cumulative usage in
-    every chunk too (SGLang, vLLM)."""
+    every chunk too (SGLang, vLLM). A list of dicts is chat messages, sent as they are."""
+    messages = isinstance(prompt, list) and bool(prompt) and isinstance(prompt[0], dict)
+    if messages and api != "chat":
+        raise ValueError(f"chat messages need the chat api, not {api}")
     if api == "generate":
         return _native_body(prompt, max_tokens, stream=stream, min_tokens=min_tokens) | (extra_body or {})
     body: dict[str, Any] = {"model": model}
     if api == "chat":
-        if not isinstance(prompt, str):
+        if not isinstance(prompt, str) and not messages:
             raise ValueError("the chat api takes text prompts, not token ids")
-        body["messages"] = [{"role": "user", "content": prompt}]
+        body["messages"] = list(prompt) if messages else [{"role": "user", "content": prompt}]
     else:
         body["prompt"] = prompt
     body |= {"max_tokens": max_tokens, "temperature": 0}

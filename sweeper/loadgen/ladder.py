@@ -15,13 +15,16 @@ from typing import Any, Callable
 from sweeper.errors import UserError
 from sweeper.loadgen.capacity import CapacitySlo, capacity_record, find_capacity
 from sweeper.loadgen.client import LevelRun, StreamOptions, get, run_closed_loop, run_measured, run_open_loop
-from sweeper.loadgen.endpoints import APIS, Api
+from sweeper.loadgen.datasets import LengthDistribution, PromptRecord, draw_lengths, load_dataset, sample_records
+from sweeper.loadgen.endpoints import APIS, Api, Prompt
 from sweeper.loadgen.metrics import (MAX_CLIENT_LAG_P99_MS, achieved_arrival_rate, combine_repeats, spoiled_by_client,
                                      summarize_level)
+from sweeper.loadgen.probe import LevelProbe, cache_fields, token_count_fields
 from sweeper.loadgen.vocab import DEFAULT_VOCAB_SIZE
-from sweeper.loadgen.workload import arrival_offsets_s, build_prompt_texts, build_prompt_token_ids
+from sweeper.loadgen.workload import (arrival_offsets_s, build_prompt_texts, build_prompt_token_ids,
+                                      build_shared_prefixes, pick_groups)
 from sweeper.outcomes import LevelMetrics
-from sweeper.spec.space import Workload
+from sweeper.spec.space import LengthSpec, Workload
 
 HARNESS_RETRIES = 2  # measurements again of a run the client's own lag spoiled (then it counts)
 
@@ -35,6 +38,8 @@ RECORD_KEYS = (
       for stat in ("mean", "median", "std", "p90", "p95", "p99")),
     "concurrency", "client_lag_p99_ms", "repeats", "cv_output_throughput", "unstable",
     "tokens_per_chunk", "coarse_stream", "achieved_request_rate",
+    "prompt_tokens_counted", "mean_prompt_tokens_counted", "prompt_tokens_counted_by",
+    "cache_flushed", "prefix_cache_hit_rate", "prefix_cache_hit_tokens", "prefix_cache_query_tokens",
     "valid", "invalid_reason",
 )
 
@@ -60,17 +65,38 @@ class LoadPlan:
     vocab_size: int | None = None  # token-id prompts stay below it (loadgen/vocab.py); None: 32000
     text_prompts: bool = False  # text even for completions (a server that takes no token ids)
     options: StreamOptions = field(default_factory=StreamOptions)
+    # prompt sources (README "Prompt sources and shared prefixes"): dataset records sent verbatim,
+    # lengths drawn per request, shared system prompts (tokens, groups); the server's side
+    records: tuple[PromptRecord, ...] = ()
+    input_dist: LengthDistribution | None = None
+    output_dist: LengthDistribution | None = None
+    shared_prefix: tuple[int, int] | None = None
+    probe: LevelProbe | None = None  # cache flush and hit rate, prompt token counts
 
     @classmethod
     def from_workload(cls, workload: Workload, options: StreamOptions, time_scale: float = 1.0,
-                      text_prompts: bool = False, vocab_size: int | None = None) -> "LoadPlan":
-        """A space's workload as a plan, sent with `options`."""
-        return cls(concurrency=tuple(workload.concurrency), input_len=workload.input_len,
-                   output_len=workload.output_len, requests_per_level=workload.requests_per_level,
+                      text_prompts: bool = False, vocab_size: int | None = None,
+                      probe: LevelProbe | None = None) -> "LoadPlan":
+        """A space's workload as a plan, sent with `options` (the dataset read here)."""
+        tokenizer = probe.tokenizer if probe is not None else None
+        return cls(concurrency=tuple(workload.concurrency), input_len=workload.typical_input_len,
+                   output_len=workload.typical_output_len, requests_per_level=workload.requests_per_level,
                    min_rounds=workload.min_rounds, warmup_rounds=workload.warmup_rounds,
                    repeats=workload.repeats, seed=workload.seed, slo_ttft_ms=workload.slo_ttft_ms,
                    slo_tpot_ms=workload.slo_tpot_ms, max_client_lag_ms=workload.max_client_lag_ms,
-                   time_scale=time_scale, text_prompts=text_prompts, vocab_size=vocab_size, options=options)
+                   time_scale=time_scale, text_prompts=text_prompts, vocab_size=vocab_size, options=options,
+                   tokenizer=tokenizer,
+                   records=load_records(workload.dataset, workload.dataset_format, tokenizer),
+                   input_dist=length_distribution(workload.input_len),
+                   output_dist=length_distribution(workload.output_len),
+                   shared_prefix=(workload.shared_prefix.tokens, workload.shared_prefix.groups)
+                   if workload.shared_prefix else None, probe=probe)
+
+    @property
+    def custom_prompts(self) -> bool:
+        """Prompts beyond one fixed length of random ids or words (per-request dicts)."""
+        return bool(self.records) or self.input_dist is not None or self.output_dist is not None \
+            or self.shared_prefix is not None
 
     def requests_at(self, concurrency: int) -> int:
         """Requests of one measured run: min_rounds rounds of C (a closed loop), or rate x
@@ -125,11 +151,15 @@ def run_ladder(plan: LoadPlan, send: Send, hooks: LadderHooks = LadderHooks()
     """Each level of the plan in turn: (levels measured, the verdict of the hook that stopped
     the ladder or None)."""
     levels: dict[int, LevelMetrics] = {}
+    probe = plan.probe
     for concurrency in plan.concurrency:
+        # each level starts with an empty prefix cache: no level is helped by the one before it
+        flushed = probe.flush() if probe is not None else None
         warmup = build_prompts(plan, plan.warmup_requests(concurrency), plan.seed + 10_000 + concurrency)
         if warmup and (stop := hooks.warmup_done(concurrency, send(warmup, concurrency))):
             return levels, stop.verdict
         summaries, stop = [], None
+        counters = probe.cache_counters() if probe is not None else None
         for repeat in range(plan.repeats):
             summary, stop = measured_run(plan, send, hooks, concurrency, repeat)
             if stop and not stop.keep_level:
@@ -138,6 +168,8 @@ def run_ladder(plan: LoadPlan, send: Send, hooks: LadderHooks = LadderHooks()
             if stop:
                 break
         metrics = combine_repeats(summaries)
+        if probe is not None:
+            metrics.update(cache_flushed=flushed, **cache_fields(probe.cache, counters, probe.cache_counters()))
         metrics.update(hooks.level_fields(concurrency, metrics))
         levels[concurrency] = metrics
         if stop := stop or hooks.level_done(concurrency, metrics):
@@ -152,11 +184,14 @@ def measured_run(plan: LoadPlan, send: Send, hooks: LadderHooks, concurrency: in
     trouble must not make a config infeasible (`harness_retries` says how often it happened)."""
     for attempt in range(HARNESS_RETRIES + 1):
         seed = plan.seed + concurrency + 100_000 * repeat + 1_000_000 * attempt
-        run = send(build_prompts(plan, plan.requests_at(concurrency), seed), concurrency)
+        prompts = build_prompts(plan, plan.requests_at(concurrency), seed)
+        counted = plan.probe.count_prompt_tokens(prompts) if plan.probe is not None else None
+        run = send(prompts, concurrency)
         stop = hooks.run_done(concurrency, repeat, run)
         if stop and not stop.keep_level:
             return None, stop
         summary = summarize_run(plan, concurrency, run)
+        summary.update(token_count_fields(plan.probe, counted))
         if notes := hooks.run_notes(concurrency):
             summary["invalid_reasons"], summary["valid"] = [*summary["invalid_reasons"], *notes], False
         if stop or not spoiled_by_client(summary):
@@ -169,9 +204,9 @@ def summarize_run(plan: LoadPlan, concurrency: int, run: LevelRun) -> LevelMetri
     """One measured run's metrics; an open-loop run has no target concurrency, and records the
     arrival rate it achieved."""
     metrics = summarize_level(run.samples, concurrency if plan.request_rate is None else None, run.duration_s,
-                              time_scale=plan.time_scale, requested_output_len=plan.output_len, lag=run.lag,
+                              time_scale=plan.time_scale, requested_output_len=None, lag=run.lag,
                               slo_ttft_ms=plan.slo_ttft_ms, slo_tpot_ms=plan.slo_tpot_ms,
-                              max_client_lag_ms=plan.max_client_lag_ms)
+                              max_client_lag_ms=plan.max_client_lag_ms, varied_lengths=plan.custom_prompts)
     if plan.request_rate is not None:
         metrics["achieved_request_rate"] = achieved_arrival_rate(run.samples, plan.time_scale)
     return metrics
@@ -206,12 +241,67 @@ def parse_api(text: str) -> Api:
     return text  # type: ignore[return-value]
 
 
-def build_prompts(plan: LoadPlan, n: int, seed: int) -> list[list[int]] | list[str]:
+def build_prompts(plan: LoadPlan, n: int, seed: int) -> list[Prompt]:
     """Token ids where the server takes them (exact input length); text for chat, for a server
-    that takes only text, or with a tokenizer (exact length then too)."""
-    if plan.options.api == "chat" or plan.text_prompts or plan.tokenizer is not None:
-        return build_prompt_texts(n, plan.input_len, seed, tokenizer=plan.tokenizer)
-    return build_prompt_token_ids(n, plan.input_len, seed, plan.vocab_size or DEFAULT_VOCAB_SIZE)
+    that takes only text, with a tokenizer (exact length then too), or from a dataset. With
+    custom prompts (a dataset, drawn lengths, shared prefixes) each is a dict with its own
+    max_tokens (endpoints.Prompt). Seeded: the same plan, n and seed give the same prompts."""
+    as_text = plan.options.api == "chat" or plan.text_prompts or plan.tokenizer is not None or bool(plan.records)
+    lengths = draw_lengths(plan.input_dist, n, seed + 1) if plan.input_dist else plan.input_len
+    if plan.records:
+        picked = sample_records(plan.records, n, seed)
+        bodies: list = [list(r.messages) if r.messages else r.text for r in picked]
+        own_lens: list[int | None] = [r.output_len for r in picked]
+    else:
+        bodies = (build_prompt_texts(n, lengths, seed, tokenizer=plan.tokenizer) if as_text
+                  else build_prompt_token_ids(n, lengths, seed, plan.vocab_size or DEFAULT_VOCAB_SIZE))
+        own_lens = [None] * n
+    if not plan.custom_prompts:
+        return bodies
+    drawn = draw_lengths(plan.output_dist, n, seed + 2) if plan.output_dist else [plan.output_len] * n
+    max_tokens = [own or out for own, out in zip(own_lens, drawn)]
+    if plan.shared_prefix is None:
+        return [_request(plan, body, None, tokens) for body, tokens in zip(bodies, max_tokens)]
+    size, groups = plan.shared_prefix
+    prefixes = build_shared_prefixes(groups, size, plan.seed, as_text=as_text,
+                                     vocab_size=plan.vocab_size or DEFAULT_VOCAB_SIZE, tokenizer=plan.tokenizer)
+    picks = pick_groups(n, groups, seed)
+    return [_request(plan, body, prefixes[g], tokens) for body, g, tokens in zip(bodies, picks, max_tokens)]
+
+
+def _request(plan: LoadPlan, body: str | list, prefix: str | list[int] | None, max_tokens: int) -> dict:
+    """One request's prompt dict: the body verbatim, after its shared prefix (a system message
+    for chat; text or ids put in front for a completion)."""
+    is_messages = isinstance(body, list) and bool(body) and isinstance(body[0], dict)
+    if is_messages and plan.options.api != "chat":
+        raise UserError("dataset records with chat \"messages\" need the chat api (--api chat, or an "
+                        "engine served on /v1/chat/completions); completions take \"prompt\" records")
+    if plan.options.api == "chat":
+        messages = body if is_messages else [{"role": "user", "content": body}]
+        if prefix is not None:
+            messages = [{"role": "system", "content": prefix}, *messages]
+        return {"messages": messages, "max_tokens": max_tokens}
+    if prefix is None:
+        return {"prompt": body, "max_tokens": max_tokens}
+    return {"prompt": prefix + body if isinstance(body, list) else f"{prefix}\n\n{body}", "max_tokens": max_tokens}
+
+
+def length_distribution(value: int | LengthSpec) -> LengthDistribution | None:
+    """A workload length as drawn lengths; None for a plain number (today's fixed length)."""
+    if isinstance(value, int):
+        return None
+    mean = value.mean if value.mean is not None else value.typical
+    return LengthDistribution(kind=value.dist, mean=mean, std=value.std, min=value.min, max=value.max,
+                              sigma=value.sigma)
+
+
+def load_records(path: str | None, fmt: str | None, tokenizer: Any | None = None) -> tuple[PromptRecord, ...]:
+    """A dataset's records (none without a path); a ShareGPT reply is measured with the tokenizer
+    when there is one, else in words."""
+    if path is None:
+        return ()
+    count = (lambda text: len(tokenizer.encode(text, add_special_tokens=False).ids)) if tokenizer else None
+    return tuple(load_dataset(Path(path), fmt, count))
 
 
 def closed_or_open_loop(base_url: str, model: str, plan: LoadPlan) -> Send:

@@ -83,6 +83,18 @@ def achieved_concurrency(latencies_s: Sequence[float], duration_s: float) -> flo
     return float(sum(latencies_s)) / duration_s if duration_s > 0 else math.nan
 
 
+def concurrency_while_sending(samples: Sequence[RequestSample]) -> float:
+    """Mean requests in flight from the first send to the last: a closed loop holds exactly C
+    there whatever the lengths, while its drain after the last send is as long as the longest
+    request left (requests of varied lengths make that tail long). NaN with under two sends."""
+    starts = sorted(s.start for s in samples)
+    if len(starts) < 2 or starts[-1] <= starts[0]:
+        return math.nan
+    first, last = starts[0], starts[-1]
+    busy = sum(max(0.0, min(s.end, last) - max(s.start, first)) for s in samples)
+    return busy / (last - first)
+
+
 def distinct_errors(samples: Sequence[RequestSample], limit: int = MAX_ERRORS_KEPT) -> list[str]:
     """Up to `limit` distinct error texts of failed samples, in order of first appearance."""
     errors = dict.fromkeys(s.error for s in samples if not s.ok)
@@ -200,8 +212,11 @@ def summarize_level(
     slo_ttft_ms: float | None = None,
     slo_tpot_ms: float | None = None,
     max_client_lag_ms: float = MAX_CLIENT_LAG_P99_MS,
+    varied_lengths: bool = False,
 ) -> LevelMetrics:
     """bench_serving-style metrics for one concurrency level, with `valid` and `invalid_reasons`.
+    varied_lengths: the requests asked for lengths of their own (a dataset, drawn lengths), so
+    the concurrency target is judged while requests were being sent (concurrency_while_sending).
 
     duration_s is the wall time of the measured run. A simulator runs its clock at
     wall = modelled * time_scale, so every wall duration is divided by time_scale first and the
@@ -222,7 +237,8 @@ def summarize_level(
     total_input = sum(s.prompt_tokens for s in completed)
     total_output = sum(s.output_tokens for s in completed)
     achieved = achieved_concurrency(latencies, dur)
-    reasons = invalid_reasons(samples, concurrency, achieved, requested_output_len, lag, max_client_lag_ms)
+    judged = concurrency_while_sending(samples) if varied_lengths else achieved
+    reasons = invalid_reasons(samples, concurrency, judged, requested_output_len, lag, max_client_lag_ms)
     stream = stream_granularity(completed)
     goodput = request_goodput(completed, dur, time_scale, slo_ttft_ms, slo_tpot_ms)
     return {

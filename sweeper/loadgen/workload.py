@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -11,34 +11,44 @@ import numpy as np
 MIN_TOKEN_ID = 100
 
 
-def build_prompt_token_ids(
-    n_requests: int, input_len: int, seed: int, vocab_size: int = 32000
-) -> list[list[int]]:
-    """Return n_requests distinct prompts of exactly input_len ids in [MIN_TOKEN_ID, vocab_size).
+def _lengths(n_requests: int, input_len: int | Sequence[int]) -> list[int]:
+    """One input length per request: the same for all, or each request's own (drawn lengths)."""
+    lengths = [input_len] * n_requests if isinstance(input_len, int) else list(input_len)
+    if len(lengths) != n_requests:
+        raise ValueError(f"{n_requests} requests but {len(lengths)} lengths")
+    if lengths and min(lengths) < 1:
+        raise ValueError(f"input_len must be >= 1, got {min(lengths)}")
+    return lengths
 
-    Request i depends only on (seed, input_len, i), so a longer list starts with the shorter one.
+
+def build_prompt_token_ids(
+    n_requests: int, input_len: int | Sequence[int], seed: int, vocab_size: int = 32000
+) -> list[list[int]]:
+    """Return n_requests distinct prompts of exactly input_len ids in [MIN_TOKEN_ID, vocab_size)
+    (input_len: one length, or each request's).
+
+    Request i depends only on (seed, the lengths, i), so a longer list starts with the shorter one.
     """
     if n_requests < 0:
         raise ValueError(f"n_requests must be >= 0, got {n_requests}")
-    if input_len < 1:
-        raise ValueError(f"input_len must be >= 1, got {input_len}")
+    lengths = _lengths(n_requests, input_len)
     if seed < 0:
         raise ValueError(f"seed must be >= 0, got {seed}")
     span = vocab_size - MIN_TOKEN_ID
     if span < 1:
         raise ValueError(f"vocab_size must be > {MIN_TOKEN_ID}, got {vocab_size}")
-    if span**input_len < n_requests:
+    if lengths and span ** min(lengths) < n_requests:
         raise ValueError(
-            f"cannot build {n_requests} distinct prompts of {input_len} ids from {span} ids"
+            f"cannot build {n_requests} distinct prompts of {min(lengths)} ids from {span} ids"
         )
     # The raw PCG64 stream is stable across numpy releases; Generator.integers is not promised.
     # The modulo bias over a 2**64 range is negligible.
     bits = np.random.PCG64(seed)
     seen: set[tuple[int, ...]] = set()
     prompts: list[list[int]] = []
-    for _ in range(n_requests):
+    for length in lengths:
         while True:
-            ids = (bits.random_raw(input_len) % np.uint64(span) + np.uint64(MIN_TOKEN_ID)).tolist()
+            ids = (bits.random_raw(length) % np.uint64(span) + np.uint64(MIN_TOKEN_ID)).tolist()
             key = tuple(ids)
             if key not in seen:  # a repeated prompt would be served from the prefix cache
                 break
@@ -61,7 +71,7 @@ _WORDS = (
 
 
 def build_prompt_texts(
-    n_requests: int, input_len: int, seed: int, tokenizer: Any | None = None
+    n_requests: int, input_len: int | Sequence[int], seed: int, tokenizer: Any | None = None
 ) -> list[str]:
     """n_requests distinct seeded text prompts of about input_len tokens.
 
@@ -71,17 +81,17 @@ def build_prompt_texts(
     re-encode differently after decoding (exact_lengths tells). Chat templates add their own
     tokens on the server: the input length that counts is the one its usage reports.
     """
-    if n_requests < 0 or input_len < 1:
-        raise ValueError(f"need n_requests >= 0 and input_len >= 1, got {n_requests}, {input_len}")
+    if n_requests < 0:
+        raise ValueError(f"need n_requests >= 0, got {n_requests}")
     bits = np.random.PCG64(seed)
     texts = []
-    for i in range(n_requests):
-        picks = (bits.random_raw(input_len) % np.uint64(len(_WORDS))).tolist()
+    for i, length in enumerate(_lengths(n_requests, input_len)):
+        picks = (bits.random_raw(length) % np.uint64(len(_WORDS))).tolist()
         # A leading request number keeps prompts distinct (no prefix-cache hits between them).
         words = [str(i)] + [_WORDS[k] for k in picks[1:]]
         text = " ".join(words)
         if tokenizer is not None:
-            text = _fit_to_length(text, input_len, tokenizer, bits)
+            text = _fit_to_length(text, length, tokenizer, bits)
         texts.append(text)
     return texts
 
@@ -97,6 +107,21 @@ def _fit_to_length(text: str, input_len: int, tokenizer: Any, bits: np.random.PC
             extra = (bits.random_raw(input_len - len(ids)) % np.uint64(len(_WORDS))).tolist()
             text = text + " " + " ".join(_WORDS[k] for k in extra)
     return text
+
+
+def build_shared_prefixes(groups: int, tokens: int, seed: int, *, as_text: bool, vocab_size: int = 32000,
+                          tokenizer: Any | None = None) -> list[str] | list[list[int]]:
+    """`groups` distinct seeded system prompts of `tokens` tokens (text, or token ids): the same
+    for every level and every config of a study, so a prefix cache can hold them."""
+    seed = seed + 7_000_000  # a stream of their own, apart from the requests'
+    if as_text:
+        return build_prompt_texts(groups, tokens, seed, tokenizer=tokenizer)  # distinct: each starts with its number
+    return build_prompt_token_ids(groups, tokens, seed, vocab_size)
+
+
+def pick_groups(n_requests: int, groups: int, seed: int) -> list[int]:
+    """Which shared prefix each request starts with: seeded, uniform over the groups."""
+    return np.random.Generator(np.random.PCG64(seed + 8_000_000)).integers(0, groups, n_requests).tolist()
 
 
 def exact_lengths(texts: list[str], tokenizer: Any) -> list[int]:

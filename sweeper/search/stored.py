@@ -5,19 +5,22 @@ trials rejected against it, and the objective."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
 import optuna
 
 from sweeper.outcomes import CAPACITY_METRIC
-
-from sweeper.spec.space import Space, parse_space
+from sweeper.spec.space import Space, parse_space, resolve_workload_paths
 from sweeper.errors import ConfigError
 
 
 def parse_stored_space(attrs: Mapping[str, Any]) -> Space:
-    """The space a study was created with, from its attrs (ConfigError when it no longer parses)."""
-    return parse_space(attrs["space_text"], f"{attrs.get('space_path', '?')} (copy stored in the study)")
+    """The space a study was created with, from its attrs (ConfigError when it no longer parses);
+    its workload's dataset and tokenizer paths taken from the space file's folder, as at creation."""
+    space = parse_space(attrs["space_text"], f"{attrs.get('space_path', '?')} (copy stored in the study)")
+    path = attrs.get("space_path")
+    return resolve_workload_paths(space, Path(path).parent) if path else space
 
 
 def stored_space(study: optuna.Study) -> Space | None:

@@ -11,8 +11,10 @@ on the case study in /work/shared/seed. Modules:
 - args.py      the SGLang-compatible argparse parser (build_arg_parser, parse_args)
 - scheduler.py continuous batching on absolute deadlines, in modelled time * time scale
 - boot.py      start-up sequence: distributed init, weight load, memory pool, graph capture
-- server.py    aiohttp app (/health, /health_generate, /v1/models, /v1/completions, ...) + main
+- server.py    aiohttp app (/health, /health_generate, /v1/models, /v1/completions, /tokenize,
+               /flush_cache, /metrics with --enable-metrics, ...) + main
 - profiler.py  /start_profile, /stop_profile: torch-format traces whose kernels follow perf.py
+- prefix_cache.py  the radix cache in pages (--disable-radix-cache), /flush_cache, /metrics counters
 - procs.py     the per-GPU scheduler children that survive a SIGKILLed parent (kill the group)
 - text.py      deterministic greedy tokens, garbage tokens
 - logs.py      SGLang-style log lines

@@ -51,6 +51,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--nccl-port", type=int, default=None)
     parser.add_argument("--dist-init-addr", "--nccl-init-addr", dest="dist_init_addr", default=None)
     parser.add_argument("--enable-dp-attention", action="store_true")
+    parser.add_argument("--disable-radix-cache", action="store_true")  # no prefix cache
+    parser.add_argument("--enable-metrics", action="store_true")  # /metrics (Prometheus text)
     # Accepted and ignored, as harness scripts commonly pass them.
     parser.add_argument("--trust-remote-code", action="store_true")
     parser.add_argument("--load-format", default="auto")

@@ -50,7 +50,7 @@ def modelled_objective(space: Space, config: dict[str, Any]) -> float | None:
     if failure_of(cfg) is not None:
         return None
     workload, goal = space.workload, space.goals[0]  # the Pareto mode: its throughput objective
-    metrics = modelled_level_metrics(cfg, workload.input_len, workload.output_len, goal.level)
+    metrics = modelled_level_metrics(cfg, workload.typical_input_len, workload.typical_output_len, goal.level)
     return _MODELLED[goal.metric](metrics)
 
 
@@ -107,8 +107,8 @@ def modelled_pair(space: Space, config: dict[str, Any]) -> tuple[float, float] |
         return None
     throughput, latency = space.goals
     w = space.workload
-    at_throughput = modelled_level_metrics(cfg, w.input_len, w.output_len, throughput.level)
-    at_latency = modelled_level_metrics(cfg, w.input_len, w.output_len, latency.level)
+    at_throughput = modelled_level_metrics(cfg, w.typical_input_len, w.typical_output_len, throughput.level)
+    at_latency = modelled_level_metrics(cfg, w.typical_input_len, w.typical_output_len, latency.level)
     return _MODELLED[throughput.metric](at_throughput), _MODELLED_LATENCY[latency.metric](at_latency)
 
 

@@ -31,6 +31,7 @@ from sweeper.sim.config import SimConfig, sim_config_from
 from sweeper.sim.failures import SimFailure, failure_of
 from sweeper.sim.logs import SimLog
 from sweeper.sim.ports import PortTaken, bind_internal_ports
+from sweeper.sim.prefix_cache import PrefixCache
 from sweeper.sim.procs import terminate_children
 from sweeper.sim.profiler import ProfilerError, SimProfiler
 from sweeper.sim.scheduler import Jitter, Scheduler, SimRequest
@@ -92,6 +93,7 @@ class SimServer:
         self._runner: web.AppRunner | None = None
         self._profiler = SimProfiler(cfg, args.time_scale)
         self._scheduler.profiler = self._profiler
+        self._cache = PrefixCache(enabled=not getattr(args, "disable_radix_cache", False))
 
     # ---- lifecycle ----
 
@@ -185,6 +187,10 @@ class SimServer:
         app.router.add_get("/server_info", self._server_info)
         app.router.add_get("/get_server_info", self._server_info)
         app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/tokenize", self._tokenize)
+        app.router.add_route("*", "/flush_cache", self._flush_cache)
+        if getattr(self._args, "enable_metrics", False):
+            app.router.add_get("/metrics", self._metrics)
         app.router.add_post("/start_profile", self._start_profile)
         app.router.add_post("/stop_profile", self._stop_profile)
         return app
@@ -211,6 +217,39 @@ class SimServer:
         info = dict(vars(self._args))
         info.update(version=SIM_VERSION, simulated=True, internal_states=[self._scheduler.load_counts()])
         return web.json_response(info)
+
+    async def _tokenize(self, http: web.Request) -> web.Response:
+        """SGLang's /tokenize: {"prompt": text | ids} -> its tokens (the simulator's: words)."""
+        try:
+            body = await http.json()
+            prompt = _parse_prompt(body if isinstance(body, dict) else {})
+        except (BadRequest, ValueError) as exc:
+            return _error(400, str(exc))
+        tokens = prompt_tokens(prompt)
+        return web.json_response({"tokens": list(range(len(tokens))), "count": len(tokens),
+                                  "max_model_len": 1_048_576})
+
+    async def _flush_cache(self, _: web.Request) -> web.Response:
+        """As SGLang: refused while requests run, else the radix cache is emptied."""
+        if any(self._scheduler.load_counts().values()):
+            return web.Response(status=400, text="Cache not flushed because there are pending requests.\n")
+        self._cache.flush()
+        self._log.info("Cache flushed successfully!")
+        return web.Response(text="Cache flushed.\nPlease check backend logs for more details.\n")
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        """The prefix-cache part of SGLang's /metrics (--enable-metrics), Prometheus text."""
+        label = f'{{model_name="{self._model_name}"}}'
+        lines = ["# HELP sglang:prompt_tokens_total Number of prefill tokens processed.",
+                 "# TYPE sglang:prompt_tokens_total counter",
+                 f"sglang:prompt_tokens_total{label} {float(self._cache.prompt_tokens)}",
+                 "# HELP sglang:cached_tokens_total Number of cached prompt tokens.",
+                 "# TYPE sglang:cached_tokens_total counter",
+                 f"sglang:cached_tokens_total{label} {float(self._cache.cached_tokens)}",
+                 "# HELP sglang:cache_hit_rate The prefix cache hit rate.",
+                 "# TYPE sglang:cache_hit_rate gauge",
+                 f"sglang:cache_hit_rate{label} {self._cache.hit_rate}"]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
     async def _start_profile(self, http: web.Request) -> web.Response:
         try:
@@ -248,13 +287,15 @@ class SimServer:
             return _error(400, str(exc))
         stream = bool(body.get("stream", False))
         include_usage = stream and bool((body.get("stream_options") or {}).get("include_usage"))
-        request = SimRequest(input_len=prompt_length(prompt), max_tokens=max_tokens,
+        input_len = prompt_length(prompt)
+        cached = self._cache.admit(prompt_tokens(prompt))  # cached pages skip their prefill
+        request = SimRequest(input_len=max(input_len - cached, 1), max_tokens=max_tokens,
                              token_text=self._token_text_fn(prompt_key(prompt), temperature,
                                                             seed if isinstance(seed, int) else None))
         head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
                 "model": self._model_name}
-        usage = {"prompt_tokens": request.input_len, "completion_tokens": max_tokens,
-                 "total_tokens": request.input_len + max_tokens}
+        usage = {"prompt_tokens": input_len, "completion_tokens": max_tokens,
+                 "total_tokens": input_len + max_tokens}
         self._scheduler.submit(request)
         try:
             if stream:

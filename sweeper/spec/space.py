@@ -130,9 +130,48 @@ class Seed(Strict):
 MAX_CLIENT_LAG_P99_MS = 5.0
 
 
+class LengthSpec(Strict):
+    """Token lengths drawn per request, guidellm-style (loadgen/datasets.py LengthDistribution):
+    fixed at `mean`, uniform in [min, max], normal (mean, std) or lognormal (mean, and std or
+    sigma, the spread of the log), each clipped to [min, max]."""
+
+    dist: Literal["fixed", "uniform", "normal", "lognormal"]
+    mean: float | None = Field(None, gt=0)
+    std: float = Field(0.0, ge=0)
+    sigma: float | None = Field(None, gt=0, description="lognormal: std of log(length)")
+    min: int = Field(1, ge=1)
+    max: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _complete(self):
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) must be >= min ({self.min})")
+        if self.dist == "uniform" and self.max is None:
+            raise ValueError("a uniform length needs min and max")
+        if self.dist != "uniform" and self.mean is None:
+            raise ValueError(f"a {self.dist} length needs a mean")
+        if self.dist == "lognormal" and self.sigma is None and not self.std:
+            raise ValueError("a lognormal length needs std (of the lengths) or sigma (of their log)")
+        if self.dist != "lognormal" and self.sigma is not None:
+            raise ValueError("sigma is for dist: lognormal (use std)")
+        return self
+
+    @property
+    def typical(self) -> int:
+        """One representative length (the mean; a uniform's middle)."""
+        return round(self.mean if self.mean is not None else (self.min + (self.max or self.min)) / 2)
+
+
+class SharedPrefix(Strict):
+    """`groups` seeded system prompts of `tokens` tokens; each request starts with one of them."""
+
+    tokens: int = Field(ge=1)
+    groups: int = Field(1, ge=1)
+
+
 class Workload(Strict):
-    input_len: int = Field(128, ge=1)
-    output_len: int = Field(32, ge=2)
+    input_len: Annotated[int, Field(ge=1)] | LengthSpec = 128
+    output_len: Annotated[int, Field(ge=2)] | LengthSpec = 32
     concurrency: list[int] = Field([1, 2, 4, 8, 16], min_length=1)
     requests_per_level: int = Field(0, ge=0, description="at least this many requests per level")
     min_rounds: int = Field(2, ge=1, description="and at least this many rounds of C requests")
@@ -154,6 +193,11 @@ class Workload(Strict):
     # SLO capacity search (objective max_load_within_slo; README "SLO capacity")
     capacity_max_concurrency: int = Field(256, ge=1, description="the search's ceiling")
     capacity_resolution: int = Field(1, ge=1, description="stop when holding and failing C are this close")
+    # prompt sources (README "Prompt sources and shared prefixes"); paths relative to the space file
+    dataset: str | None = Field(None, description="ShareGPT JSON or JSONL file of prompts, sent verbatim")
+    dataset_format: Literal["sharegpt", "jsonl"] | None = Field(None, description="default: from the content")
+    tokenizer: str | None = Field(None, description="tokenizer.json (or its folder): prompt token counts")
+    shared_prefix: SharedPrefix | None = None
 
     @field_validator("concurrency")
     @classmethod
@@ -161,6 +205,14 @@ class Workload(Strict):
         if any(c < 1 for c in levels) or levels != sorted(set(levels)):
             raise ValueError("concurrency levels must be positive, increasing and unique")
         return levels
+
+    @property
+    def typical_input_len(self) -> int:
+        return self.input_len if isinstance(self.input_len, int) else self.input_len.typical
+
+    @property
+    def typical_output_len(self) -> int:
+        return self.output_len if isinstance(self.output_len, int) else self.output_len.typical
 
 
 class Objective(Strict):
@@ -316,7 +368,36 @@ class Space(Strict):
 def load_space(path: Path) -> Space:
     if not path.is_file():
         raise ConfigError(str(path), "", "file not found")
-    return parse_space(path.read_text(), str(path))
+    text = path.read_text()
+    return check_workload_files(resolve_workload_paths(parse_space(text, str(path)), path.parent), text, str(path))
+
+
+def resolve_workload_paths(space: Space, base: Path) -> Space:
+    """The workload's dataset and tokenizer paths taken from the space file's folder."""
+    updates = {key: str((base / value).expanduser()) for key in ("dataset", "tokenizer")
+               if (value := getattr(space.workload, key)) and not Path(value).expanduser().is_absolute()}
+    return space.model_copy(update={"workload": space.workload.model_copy(update=updates)}) if updates else space
+
+
+def check_workload_files(space: Space, text: str, source: str) -> Space:
+    """A dataset that cannot be read is refused when the space loads (nothing is launched): one
+    line naming the dataset file and its record."""
+    workload = space.workload
+    if workload.dataset is None:
+        return space
+    from sweeper.engines import get_engine  # spec -> engines, loadgen only here, lazily
+    from sweeper.loadgen.datasets import DatasetError, load_dataset
+
+    try:
+        records = load_dataset(Path(workload.dataset), workload.dataset_format)
+        api = get_engine(space.engine).info.dialect.api
+        if api != "chat" and (chat := next((i for i, r in enumerate(records) if r.messages), None)) is not None:
+            raise DatasetError(f"{workload.dataset}: record {chat + 1} has chat \"messages\", but {space.engine} "
+                               f"is sent {api} requests (write \"prompt\" records)")
+    except DatasetError as exc:
+        _, lines = parse_yaml_with_lines(text, source)
+        raise ConfigError(source, "workload.dataset", str(exc), line_of(lines, ("workload", "dataset"))) from None
+    return space
 
 
 def parse_space(text: str, source: str) -> Space:
@@ -365,8 +446,21 @@ def _cross_check_space(space: Space) -> list[tuple[KeyPath, str]]:
     level = space.objective.level
     if level is not None and level not in space.workload.concurrency and not space.finds_capacity:
         problems.append((("objective", "level"), f"{level} is not one of workload.concurrency"))
+    problems += _check_prompt_sources(space.workload)
     if space.perf_target and space.perf_target.level not in (None, *space.workload.concurrency):
         problems.append((("target", "level"), f"{space.perf_target.level} is not one of workload.concurrency"))
+    return problems
+
+
+def _check_prompt_sources(workload: Workload) -> list[tuple[KeyPath, str]]:
+    problems: list[tuple[KeyPath, str]] = []
+    custom = [key for key in ("dataset", "shared_prefix") if getattr(workload, key) is not None]
+    custom += [key for key in ("input_len", "output_len") if isinstance(getattr(workload, key), LengthSpec)]
+    if workload.load == "native" and custom:
+        problems.append((("workload", custom[0]), "load: native runs the engine's own random prompts; "
+                         "datasets, shared prefixes and length distributions need load: sweeper"))
+    if workload.dataset_format is not None and workload.dataset is None:
+        problems.append((("workload", "dataset_format"), "needs workload.dataset"))
     return problems
 
 

@@ -11,13 +11,15 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from sweeper.engines.base import first_stall_line
+from sweeper.engines.base import EngineInfo, first_stall_line
 from sweeper.hosts.base import Host, ServerProcess
 from sweeper.loadgen.capacity import CapacitySlo, capacity_record, find_capacity
 from sweeper.loadgen.client import STALLED, LevelRun, StreamOptions, fit_to_dialect, is_stalled
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.loadgen.ladder import LadderHooks, LoadPlan, Stop, build_prompts, run_ladder
 from sweeper.loadgen.onhost import LoadPlace
+from sweeper.loadgen.probe import LevelProbe
+from sweeper.loadgen.workload import tokenizer_from_file
 from sweeper.loadgen.vocab import model_vocab_size
 from sweeper.outcomes import LevelMetrics
 from sweeper.spec.space import Workload
@@ -36,11 +38,19 @@ def build_stream_options(workload: Workload, dialect: RequestDialect,
 
 
 def build_level_plan(workload: Workload, dialect: RequestDialect, time_scale: float = 1.0,
-                     stall_timeout_s: float | None = None, vocab_size: int | None = None) -> LoadPlan:
+                     stall_timeout_s: float | None = None, vocab_size: int | None = None,
+                     probe: LevelProbe | None = None) -> LoadPlan:
     """The workload as the level loop's plan, in the server's dialect (token ids below the served
-    model's vocabulary size)."""
+    model's vocabulary size), with the server's side (cache flush, hit rate, token counts)."""
     return LoadPlan.from_workload(workload, build_stream_options(workload, dialect, stall_timeout_s),
-                                  time_scale, text_prompts=dialect.text_prompts, vocab_size=vocab_size)
+                                  time_scale, text_prompts=dialect.text_prompts, vocab_size=vocab_size, probe=probe)
+
+
+def build_level_probe(base_url: str, model: str, info: EngineInfo, workload: Workload) -> LevelProbe:
+    """What the trial asks its server around each level, as its engine declares it; token counts
+    from the workload's tokenizer file when it names one, else the engine's /tokenize."""
+    tokenizer = tokenizer_from_file(workload.tokenizer) if workload.tokenizer else None
+    return LevelProbe(base_url, model, info.prefix_cache, info.tokenize, tokenizer)
 
 
 def build_level_prompts(n: int, input_len: int, seed: int, dialect: RequestDialect,

@@ -21,7 +21,7 @@ def native_level_runner(host: Host, engine: Engine, proc: ServerProcess, base_ur
 
     def run(concurrency: int, requests: int, tag: str) -> dict:
         result_file = posixpath.join(folder, f"native_c{concurrency}{tag}.json")
-        argv = engine.native_bench_argv(host.python(), base_url, model, workload.input_len, workload.output_len,
+        argv = engine.native_bench_argv(host.python(), base_url, model, workload.typical_input_len, workload.typical_output_len,
                                         requests, concurrency, workload.seed + concurrency, result_file)
         if argv is None:
             return native_invalid(concurrency, f"{engine.info.name} has no native benchmark (workload.load: native)")

@@ -23,8 +23,9 @@ from sweeper.spec.space import OutputCheck, gpu_count_of
 from sweeper.trial.context import Failure, TrialContext, TrialOutcome
 from sweeper.trial.energy import PowerMeter
 from sweeper.trial.gate import GateError, GateTimeout, OutputSample, collect_samples, judge, write_check_file
-from sweeper.trial.ladder import (build_level_plan, build_level_prompts, build_stream_options, measure_capacity,
-                                  measure_levels, measure_native_levels, served_vocab_size, stall_watch)
+from sweeper.trial.ladder import (build_level_plan, build_level_probe, build_level_prompts, build_stream_options,
+                                  measure_capacity, measure_levels, measure_native_levels, served_vocab_size,
+                                  stall_watch)
 from sweeper.trial.native import native_level_runner
 from sweeper.trial.launch import (LOG_TAIL_LINES, Crashed, LaunchedServer, LogWatch, Ready, TimedOut,
                                   build_gpu_memory_record, launch, launched_server, preflight, stop,
@@ -99,7 +100,8 @@ def _check_and_measure(ctx: TrialContext, outcome: TrialOutcome, server: Launche
         else:
             place = load_place(ctx.host, ctx.host_spec.load_from, ctx.host_spec.transport, server.port, server.model)
             plan = build_level_plan(space.workload, server.dialect, ctx.engine.clock_scale(space),
-                                    server.stall_timeout_s, served_vocab_size(ctx.host, space.model))
+                                    server.stall_timeout_s, served_vocab_size(ctx.host, space.model),
+                                    build_level_probe(server.base_url, server.model, ctx.engine.info, space.workload))
             stalls = stall_watch(ctx.host, server.proc, ctx.engine.info.stall_lines)
             gpus = config_gpus(ctx, outcome.config, server.argv)
             with power_meter(ctx, server, gpus) as power:

@@ -74,6 +74,16 @@ class Behaviour:
     stall_s: float = 5.0
     tokens_per_chunk: int = 1  # merge this many tokens into one chunk (SGLang under load)
     close_kept: bool = False  # a request on a connection that already served one: close, no reply
+    metrics_text: str | None = None  # /metrics answers this (Prometheus text); None: 404
+
+
+@dataclass
+class CacheCalls:
+    """What the cache and tokenizer endpoints were asked, in arrival order with the requests
+    (`order`: "request" per completion, the path per control call)."""
+
+    order: list[str] = field(default_factory=list)
+    tokenized: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -82,6 +92,7 @@ class ServerState:
     max_inflight: int = 0
     payloads: list[dict] = field(default_factory=list)
     served_by_peer: dict = field(default_factory=dict)  # client (host, port) -> requests it sent
+    calls: CacheCalls = field(default_factory=CacheCalls)
 
 
 class FakeCompletionServer(ThreadedApp):
@@ -97,6 +108,27 @@ class FakeCompletionServer(ThreadedApp):
         app.router.add_post("/v1/chat/completions", self._completions)
         app.router.add_post("/generate", self._generate)
         app.router.add_get("/v1/models", self._models)
+        # SGLang's and vLLM's prefix-cache flushes, /metrics, and a /tokenize counting UTF-8 bytes
+        app.router.add_post("/flush_cache", self._control)
+        app.router.add_post("/reset_prefix_cache", self._control)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_post("/tokenize", self._tokenize)
+
+    async def _control(self, request: web.Request) -> web.Response:
+        self.state.calls.order.append(request.path)
+        return web.Response(text="ok\n")
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        self.state.calls.order.append(request.path)
+        if self.behaviour.metrics_text is None:
+            return web.Response(status=404)
+        return web.Response(text=self.behaviour.metrics_text, content_type="text/plain")
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.state.calls.tokenized.append(body)
+        text = body.get("prompt", body.get("content", ""))
+        return web.json_response({"tokens": list(text.encode()), "count": len(text.encode())})
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
@@ -104,6 +136,7 @@ class FakeCompletionServer(ThreadedApp):
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.state.payloads.append(body)
+        self.state.calls.order.append("request")
         peer = request.transport.get_extra_info("peername")
         self.state.served_by_peer[peer] = self.state.served_by_peer.get(peer, 0) + 1
         if self.behaviour.close_kept and self.state.served_by_peer[peer] > 1:

@@ -1,0 +1,139 @@
+"""Each prompt source through a real load run: `sweeper load --dataset` and the level loop against
+a real HTTP server that records request bodies, and against the simulator (its prefix cache,
+/flush_cache, /metrics and /tokenize). The tests write their own data files."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from typer.testing import CliRunner
+
+from sweeper.cli import app
+from sweeper.engines import get_engine
+from sweeper.loadgen.client import StreamOptions
+from sweeper.loadgen.datasets import LengthDistribution, PromptRecord, draw_lengths
+from sweeper.loadgen.ladder import LoadPlan, build_prompts, run_load
+from sweeper.loadgen.probe import LevelProbe, PrefixCacheApi
+from tests.support.fake_servers import MODEL
+from tests.support.sim import BASELINE_FLAGS, SCALE, launched
+
+SHAREGPT = [
+    {"id": "a", "conversations": [{"from": "human", "value": "  Explain KV caches,\nbriefly.  "},
+                                  {"from": "gpt", "value": "Keys and values of past tokens, kept."}]},
+    {"id": "b", "conversations": [{"from": "human", "value": "Grüße aus Köln \u2603"},
+                                  {"from": "gpt", "value": "Hallo zurück"}]},
+]
+
+
+def test_sharegpt_prompts_reach_a_chat_server_verbatim_with_the_replys_length(serve, tmp_path):
+    server = serve(token_delay_s=0.01)  # requests long beside the client's turnaround
+    path = tmp_path / "share.json"
+    path.write_text(json.dumps(SHAREGPT, ensure_ascii=False))
+    out = tmp_path / "levels.json"
+    result = CliRunner().invoke(app, ["load", server.base_url, "--concurrency", "1,2", "--api", "chat",
+                                      "--model", MODEL, "--dataset", str(path), "--json", str(out)])
+    assert result.exit_code in (0, 3), result.output  # 3: a level invalid (a busy runner's client lag)
+    lengths = {"  Explain KV caches,\nbriefly.  ": 7, "Grüße aus Köln \u2603": 2}  # the replies' words
+    for body in server.state.payloads:
+        [message] = body["messages"]
+        assert message["role"] == "user" and body["max_tokens"] == lengths[message["content"]]
+    assert {b["messages"][0]["content"] for b in server.state.payloads} == set(lengths)
+    assert [(r["completed"], r["failed"]) for r in json.loads(out.read_text())] == [(2, 0), (4, 0)]
+
+
+def test_jsonl_prompts_reach_a_completions_server_verbatim_counted_by_its_tokenize(serve, tmp_path):
+    server = serve(token_delay_s=0.01)
+    lines = [{"prompt": "Once upon a time", "output_len": 5}, {"prompt": "ünïcödé\ttabs  stay", "output_len": 3}]
+    path = tmp_path / "d.jsonl"
+    path.write_text("\n".join(json.dumps(x, ensure_ascii=False) for x in lines) + "\n")
+    out = tmp_path / "levels.json"
+    result = CliRunner().invoke(app, ["load", server.base_url, "--concurrency", "2", "--model", MODEL,
+                                      "--dataset", str(path), "--engine", "vllm", "--json", str(out)])
+    assert result.exit_code in (0, 3), result.output  # 3: a level invalid (a busy runner's client lag)
+    wanted = {x["prompt"]: x["output_len"] for x in lines}
+    sent = [b for b in server.state.payloads if "prompt" in b]
+    assert sent and all(wanted[b["prompt"]] == b["max_tokens"] for b in sent)
+    [record] = json.loads(out.read_text())
+    measured = sent[-record["completed"]:]  # the warmup's requests come first
+    # the fake /tokenize counts UTF-8 bytes: the count is the engine's, per prompt, summed per level
+    assert record["prompt_tokens_counted"] == sum(len(b["prompt"].encode()) for b in measured)
+    assert record["prompt_tokens_counted_by"] == "engine /tokenize"
+    assert record["cache_flushed"] is True  # vLLM's /reset_prefix_cache answered
+    assert server.state.calls.order[0] == "/reset_prefix_cache"
+
+
+def test_jsonl_chat_messages_with_shared_prefixes_and_a_flush_before_each_level(serve, tmp_path):
+    server = serve(token_delay_s=0.002)
+    messages = [({"role": "user", "content": "first question"},),
+                ({"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+                 {"role": "user", "content": "and then?"})]
+    plan = LoadPlan(concurrency=(1, 2, 4), output_len=4, options=StreamOptions(api="chat"),
+                    records=tuple(PromptRecord(messages=m) for m in messages), shared_prefix=(24, 2),
+                    probe=LevelProbe(server.base_url, MODEL, PrefixCacheApi(flush_path="/flush_cache")))
+    levels = run_load(server.base_url, MODEL, plan)
+    assert [m["cache_flushed"] for m in levels] == [True, True, True]
+    systems = set()
+    for body in server.state.payloads:
+        system, *rest = body["messages"]
+        assert system["role"] == "system" and tuple(rest) in messages  # the record verbatim after it
+        systems.add(system["content"])
+    assert len(systems) == 2  # each group's prefix is the same bytes on every request and level
+    # the flush comes before each level's first request (warmup included), never inside a level
+    order = "".join("F" if call == "/flush_cache" else "r" for call in server.state.calls.order)
+    assert re.fullmatch(r"(Fr+){3}", order), order
+    # each level's requests: its warmup (C) and measured runs (2 C each; more when one is measured again)
+    for level, c, run in zip(levels, (1, 2, 4), order.split("F")[1:]):
+        assert (len(run) - c) % (2 * c) == 0 and len(run) >= 3 * c and level["completed"] == 2 * c
+
+
+def test_synthetic_lengths_from_distributions_reach_each_request_as_drawn(serve):
+    server = serve(token_delay_s=0.01)
+    output = LengthDistribution("lognormal", mean=6, sigma=0.6, min=2, max=16)
+    plan = LoadPlan(concurrency=(4,), requests_per_level=24, input_dist=LengthDistribution("uniform", min=8, max=20),
+                    output_dist=output, seed=11)
+    [level] = run_load(server.base_url, MODEL, plan)
+    sent = [(b["prompt"], b["max_tokens"]) for b in server.state.payloads]
+    # the measured run's prompts are the seeded ones every config gets (seed + C for the first attempt)
+    expected = [(p["prompt"], p["max_tokens"]) for p in build_prompts(plan, 24, plan.seed + 4)]
+    assert all(request in sent for request in expected)
+    assert sorted(n for _, n in expected) == sorted(draw_lengths(output, 24, plan.seed + 4 + 2))
+    assert {len(p) for p, _ in expected} <= set(range(8, 21)) and len({len(p) for p, _ in expected}) > 3
+    last = sent[-24:]  # the run the level keeps (a run the client's lag spoiled is measured again)
+    assert level["total_output_tokens"] == sum(n for _, n in last)  # counted from usage
+    assert level["failed"] == 0 and not any("fewer tokens" in r for r in level["invalid_reasons"])
+
+
+def sim_plan(input_len: int, probe: LevelProbe, **kw) -> LoadPlan:
+    return LoadPlan(concurrency=(1, 4), input_len=input_len, output_len=8, time_scale=SCALE, probe=probe, **kw)
+
+
+def test_shared_prefixes_hit_the_simulators_cache_and_the_hit_rate_is_read_from_its_metrics():
+    info = get_engine("sim").info
+    with launched([*BASELINE_FLAGS, "--enable-metrics"]) as server:
+        server.wait_ready()
+        probe = LevelProbe(server.url, "m", info.prefix_cache, info.tokenize)
+        levels = run_load(server.url, "m", sim_plan(64, probe, shared_prefix=(64, 2)))
+        assert server.output.count("Cache flushed successfully!") == 2  # once before each level
+        for level in levels:
+            # 64 prefix tokens (4 pages) of 128 a request; a group the warmup missed costs one miss
+            assert 0.3 < level["prefix_cache_hit_rate"] <= 0.5, level
+            assert level["prompt_tokens_counted"] == level["total_input_tokens"]  # /tokenize and usage agree
+        plain = run_load(server.url, "m", sim_plan(128, probe))
+        assert [m["prefix_cache_hit_rate"] for m in plain] == [0.0, 0.0]  # distinct prompts: no hits
+    with launched([*BASELINE_FLAGS, "--enable-metrics", "--disable-radix-cache"]) as server:
+        server.wait_ready()
+        probe = LevelProbe(server.url, "m", info.prefix_cache, info.tokenize)
+        off = run_load(server.url, "m", sim_plan(64, probe, shared_prefix=(64, 2)))
+        assert [m["prefix_cache_hit_rate"] for m in off] == [0.0, 0.0]
+
+
+def test_a_malformed_dataset_is_one_line_and_nothing_is_sent(serve, tmp_path):
+    server = serve()
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"prompt": "fine"}\n{"prompt": 3}\n')
+    result = CliRunner().invoke(app, ["load", server.base_url, "--model", MODEL, "--dataset", str(path)])
+    assert result.exit_code == 2
+    [line] = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert f"{path}:2: expected" in line
+    assert server.state.payloads == [] and server.state.calls.order == []
