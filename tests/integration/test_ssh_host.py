@@ -151,7 +151,7 @@ def test_unknown_host_key_is_refused_with_its_fingerprint(sshd, isolated_home, t
                               capture_output=True, text=True, check=True).stdout.split()[1]
     message = str(refused.value)
     assert expected.startswith("SHA256:") and expected in message and "\n" not in message
-    assert f"ssh-keyscan -p {sshd.port} 127.0.0.1 >> ~/.sweeper/known_hosts" in message
+    assert f"ssh-keyscan -p {sshd.port} 127.0.0.1 >> ~/.ssh/known_hosts" in message
     assert "host_key_policy: accept-new" in message
     assert not (isolated_home / ".sweeper" / "known_hosts").exists()  # never accepted silently
 
