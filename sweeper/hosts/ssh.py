@@ -103,7 +103,7 @@ class ShellProxyCommand(paramiko.ProxyCommand):
         import tempfile
 
         self.cmd, self.timeout = [os.environ.get("SHELL") or "/bin/sh", "-c", "exec " + command], None
-        self._stderr = tempfile.TemporaryFile()
+        self._stderr, self._stopped, self._eof = tempfile.TemporaryFile(), False, False  # the file outlives close()
         self.process = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=self._stderr, bufsize=0)
 
@@ -113,23 +113,33 @@ class ShellProxyCommand(paramiko.ProxyCommand):
         ready, _, _ = select.select([self.process.stdout], [], [], self.timeout)
         if not ready:
             raise socket.timeout()
-        return os.read(self.process.stdout.fileno(), size)
+        data = os.read(self.process.stdout.fileno(), size)
+        self._eof = self._eof or not data
+        return data
 
     def close(self) -> None:
+        if self._eof:  # it closed its output: it is ending by itself (its exit status is the reason)
+            try:
+                self.process.wait(1)
+            except Exception:
+                pass
         if self.process.poll() is None:
+            self._stopped = True
             self.process.terminate()  # our own child, by its pid
         try:
             self.process.wait(5)
         except Exception:
             self.process.kill()
             self.process.wait()
-        self._stderr.close()
 
     def exit_reason(self, wait_s: float) -> str | None:
-        """Why the command ended ("exited 1: <last stderr line>"), or None if it still runs after wait_s."""
+        """Why the command ended by itself ("exited 1: <last stderr line>"), or None if it still runs
+        after wait_s or we stopped it."""
         try:
             self.process.wait(wait_s)
         except Exception:
+            return None
+        if self._stopped:
             return None
         self._stderr.seek(0)
         tail = self._stderr.read().decode(errors="replace").strip().splitlines()[-1:]
