@@ -259,6 +259,19 @@ def test_include_and_proxy_command_with_explicit_port_and_user_winning(sshd, ssh
     assert not Path(f"/proc/{pid}").exists()  # the proxy process ended and was reaped
 
 
+def test_proxy_jump_through_a_hop_reached_by_proxy_command(sshd, ssh_home, tmp_path):
+    log, config = tmp_path / "relay.log", tmp_path / "ssh_config"
+    hop = f"  HostName 127.0.0.1\n  Port {sshd.port}\n  User root\n  IdentityFile {sshd.user_key}\n"
+    config.write_text(f"Host bastion\n{hop}  ProxyCommand {sys.executable} {RELAY} {log} %h %p\n"
+                      f"Host gpu-box\n{hop}  ProxyJump bastion\n")
+    host = SSHHost("box", alias_spec(sshd, tmp_path, config))
+    try:
+        assert len(host._clients) == 2 and host.run(["true"]).returncode == 0
+        assert [args for _, *args in relayed(log)] == [["127.0.0.1", str(sshd.port)]]  # the first hop only
+    finally:
+        host.close()
+
+
 def test_a_failing_proxy_command_is_one_line_with_its_reason(sshd, ssh_home, tmp_path):
     config = tmp_path / "ssh_config"
     config.write_text(f"Host gpu-box\n  HostName 127.0.0.1\n  User root\n  IdentityFile {sshd.user_key}\n"
