@@ -23,6 +23,7 @@ from sweeper.hosts.gate import GpuBusy, check_gpus_before_launch, wait_gpus_rele
 from sweeper.hosts.procfs import live_group_members
 from sweeper.hosts.ssh import SSHHost
 from sweeper.sim.gpumem import record_gpu_memory
+from tests.support.tcp_relay import proxy_command
 from tests.support.waiting import wait_for
 
 STUBBORN = r"""
@@ -222,9 +223,6 @@ def test_ssh_config_alias_and_proxy_jump(sshd, ssh_home, tmp_path):
 
 # ---------------------------------------------------------------- ~/.ssh/config as OpenSSH reads it
 
-RELAY = Path(__file__).resolve().parents[1] / "support" / "tcp_relay.py"
-
-
 def alias_spec(sshd, tmp_path, config: Path, **extra) -> HostSpec:
     """Host "gpu-box" as an alias of `config` (the hosts.yaml `ssh_config:`), port/user/key from there."""
     entry = {k: v for k, v in sshd.host_entry(tmp_path / "work").items() if k not in ("port", "user", "identity_file")}
@@ -246,7 +244,7 @@ def test_include_and_proxy_command_with_explicit_port_and_user_winning(sshd, ssh
     (ssh_home / ".ssh" / "conf.d").mkdir()
     (ssh_home / ".ssh" / "conf.d" / "gpu.conf").write_text(  # Port/User wrong on purpose: hosts.yaml wins
         f"Host gpu-box\n  HostName 127.0.0.1\n  Port {_closed_port()}\n  User nobody\n"
-        f"  IdentityFile {sshd.user_key}\n  ProxyCommand {sys.executable} {RELAY} {log} %h %p %r\n")
+        f"  IdentityFile {sshd.user_key}\n  ProxyCommand {proxy_command(log, '%h', '%p', '%r')}\n")
     config = tmp_path / "ssh_config"
     config.write_text("Include conf.d/*.conf\n")  # relative: under ~/.ssh, as OpenSSH reads it
     host = SSHHost("box", alias_spec(sshd, tmp_path, config, port=sshd.port, user="root"))
@@ -262,7 +260,7 @@ def test_include_and_proxy_command_with_explicit_port_and_user_winning(sshd, ssh
 def test_proxy_jump_through_a_hop_reached_by_proxy_command(sshd, ssh_home, tmp_path):
     log, config = tmp_path / "relay.log", tmp_path / "ssh_config"
     hop = f"  HostName 127.0.0.1\n  Port {sshd.port}\n  User root\n  IdentityFile {sshd.user_key}\n"
-    config.write_text(f"Host bastion\n{hop}  ProxyCommand {sys.executable} {RELAY} {log} %h %p\n"
+    config.write_text(f"Host bastion\n{hop}  ProxyCommand {proxy_command(log, '%h', '%p')}\n"
                       f"Host gpu-box\n{hop}  ProxyJump bastion\n")
     host = SSHHost("box", alias_spec(sshd, tmp_path, config))
     try:
@@ -275,7 +273,7 @@ def test_proxy_jump_through_a_hop_reached_by_proxy_command(sshd, ssh_home, tmp_p
 def test_a_failing_proxy_command_is_one_line_with_its_reason(sshd, ssh_home, tmp_path):
     config = tmp_path / "ssh_config"
     config.write_text(f"Host gpu-box\n  HostName 127.0.0.1\n  User root\n  IdentityFile {sshd.user_key}\n"
-                      f"  ProxyCommand {sys.executable} {RELAY} {tmp_path / 'relay.log'} %h {_closed_port()}\n")
+                      f"  ProxyCommand {proxy_command(tmp_path / 'relay.log', '%h', str(_closed_port()))}\n")
     message = _one_line_within(lambda: SSHHost("box", alias_spec(sshd, tmp_path, config, connect_timeout_s=3)), 3)
     assert "ProxyCommand exited 1" in message and "Connection refused" in message
 

@@ -5,9 +5,15 @@
 appends "<its pid> HOST PORT WORD..." to LOG first, so a test sees that (and how) it ran."""
 
 import os
+import shlex
 import socket
 import sys
 import threading
+
+
+def proxy_command(log, *words: str) -> str:
+    """The ProxyCommand line that runs this relay with this python, e.g. words "%h", "%p"."""
+    return " ".join([shlex.join([sys.executable, os.path.abspath(__file__), str(log)]), *words])
 
 
 def main() -> None:
