@@ -1,4 +1,4 @@
-"""A machine over SSH (paramiko, with ssh_config.py the only modules that import it), behind the Host protocol.
+"""A machine over SSH (paramiko, imported only here and in ssh_config.py), behind the Host protocol.
 
 - Connection: where and how from ssh_config.py (hosts.yaml over ~/.ssh/config: HostName, User, Port,
   IdentityFile, IdentitiesOnly, ProxyCommand, ProxyJump, known-hosts files), a key file or
@@ -25,7 +25,6 @@ import shlex
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -38,6 +37,7 @@ from sweeper.hosts.base import AgentHost, CommandResult, ServerProcess, StopRepo
 from sweeper.hosts.forward import LocalForward
 from sweeper.hosts.launch_script import build_env_json, build_launch_script, build_remote_run_dir
 from sweeper.hosts.ssh_config import Target, read_ssh_config, resolve_target
+from sweeper.hosts.ssh_proxy import ShellProxyCommand
 
 logging.getLogger("paramiko").addHandler(logging.NullHandler())  # failures reach the user as one line
 log = logging.getLogger(__name__)  # connects, reconnects, port forwards: what --verbose shows
@@ -92,58 +92,6 @@ class RefuseOrRecordNewKeys(paramiko.MissingHostKeyPolicy):
 def _home_relative(path: str) -> str:
     home = os.path.expanduser("~")
     return "~" + path[len(home):] if path.startswith(home + "/") else path
-
-
-class ShellProxyCommand(paramiko.ProxyCommand):
-    """A ProxyCommand as OpenSSH runs it (`$SHELL -c "exec COMMAND"`), whose exit reads as EOF (paramiko's
-    spins until the timeout), whose stderr is kept for the error, and which is reaped on close."""
-
-    def __init__(self, command: str):
-        import subprocess
-        import tempfile
-
-        self.cmd, self.timeout = [os.environ.get("SHELL") or "/bin/sh", "-c", "exec " + command], None
-        self._stderr, self._stopped, self._eof = tempfile.TemporaryFile(), False, False  # the file outlives close()
-        self.process = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=self._stderr, bufsize=0)
-
-    def recv(self, size: int) -> bytes:
-        import select
-
-        ready, _, _ = select.select([self.process.stdout], [], [], self.timeout)
-        if not ready:
-            raise socket.timeout()
-        data = os.read(self.process.stdout.fileno(), size)
-        self._eof = self._eof or not data
-        return data
-
-    def close(self) -> None:
-        if self._eof:  # it closed its output: it is ending by itself (its exit status is the reason)
-            try:
-                self.process.wait(1)
-            except Exception:
-                pass
-        if self.process.poll() is None:
-            self._stopped = True
-            self.process.terminate()  # our own child, by its pid
-        try:
-            self.process.wait(5)
-        except Exception:
-            self.process.kill()
-            self.process.wait()
-
-    def exit_reason(self, wait_s: float) -> str | None:
-        """Why the command ended by itself ("exited 1: <last stderr line>"), or None if it still runs
-        after wait_s or we stopped it."""
-        try:
-            self.process.wait(wait_s)
-        except Exception:
-            return None
-        if self._stopped:
-            return None
-        self._stderr.seek(0)
-        tail = self._stderr.read().decode(errors="replace").strip().splitlines()[-1:]
-        return f"exited {self.process.returncode}" + (f": {tail[0]}" if tail else "")
 
 
 def _close(client: paramiko.SSHClient, sock: Any) -> None:
