@@ -198,8 +198,9 @@ class SSHHost(AgentHost):
 
     def _connect_now(self) -> None:
         clients: list[paramiko.SSHClient] = []
+        hops = self._jump_chain()
         try:
-            for index, hop in enumerate([*self._jump_chain(), self.target]):
+            for index, hop in enumerate([*hops, self.target]):
                 sock = self._open_hop_channel(clients[-1], hop) if index else self._proxy_command(hop)
                 clients.append(self._connect_client(hop, sock))
         except BaseException:
@@ -207,9 +208,10 @@ class SSHHost(AgentHost):
                 client.close()
             raise
         self._clients = clients
-        hops = self._jump_chain()
-        log.info("host %s: SSH connected to %s%s", self.name, self.target.display,
-                 f" through {', '.join(h.display for h in hops)}" if hops else "")
+        first = (hops or [self.target])[0]
+        log.info("host %s: SSH connected to %s%s%s", self.name, self.target.display,
+                 f" through {', '.join(h.display for h in hops)}" if hops else "",
+                 f" (ProxyCommand {first.proxy_command})" if first.proxy_command else "")
 
     def _proxy_command(self, hop: Target) -> ShellProxyCommand | None:
         if not hop.proxy_command:
