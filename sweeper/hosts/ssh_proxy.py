@@ -10,7 +10,7 @@ import tempfile
 
 
 class ShellProxyCommand:
-    """The socket paramiko's Transport needs (send, recv, settimeout, close), over a command's stdin
+    """The socket paramiko's Transport needs (send, recv, settimeout, close, _closed), over a command's stdin
     and stdout. Unlike paramiko.ProxyCommand: run by the shell (`$SHELL -c "exec COMMAND"`, so pipes
     and quotes mean what they mean to ssh), its exit read as EOF (paramiko's spins until the
     timeout), its stderr kept for the error, and the process reaped on close."""
@@ -21,6 +21,10 @@ class ShellProxyCommand:
         self._stopped = self._eof = False
         self.process = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=self._stderr, bufsize=0)
+
+    @property
+    def _closed(self) -> bool:  # what Transport.stop_thread asks of its socket
+        return self.process.returncode is not None
 
     def settimeout(self, timeout: float | None) -> None:
         self.timeout = timeout
