@@ -5,6 +5,8 @@
   (LocalHost calls it in process; SSHHost ships it with procfs.py and runs it on the host)
 - procfs.py: reading /proc (shipped with the agent)
 - local.py, ssh.py: the transports: how to run a command, start a server, read its log, reach it
+- ssh_config.py, ssh_proxy.py: where and how to connect over SSH (a hosts.yaml entry over ~/.ssh/config:
+  Include, ProxyCommand, ...); a ProxyCommand as the connection's socket
 - forward.py, launch_script.py: the SSH port forward; the launch script written on the host
 - gpu.py, gate.py: nvidia-smi's answers parsed; the GPU gate before a launch and after a stop
 """

@@ -1,9 +1,11 @@
-"""A machine over SSH (paramiko; the only module that imports it), behind the Host protocol.
+"""A machine over SSH (paramiko, imported only here and in ssh_config.py), behind the Host protocol.
 
-- Connection: ~/.ssh/config aliases (HostName, User, Port, IdentityFile, ProxyJump), a key file or
+- Connection: where and how from ssh_config.py (hosts.yaml over ~/.ssh/config: HostName, User, Port,
+  IdentityFile, IdentitiesOnly, ProxyCommand, ProxyJump, known-hosts files), a key file or
   ssh-agent, keepalive, connect timeout; after a drop, reconnects with backoff and remembers the
   drop (take_disruption) so the trial that saw it is retried, never recorded half-done.
-- Host keys: verified against ~/.ssh/known_hosts and ~/.sweeper/known_hosts. An unknown key is
+- Host keys: verified against the UserKnownHostsFile(s) (default ~/.ssh/known_hosts), the
+  GlobalKnownHostsFile(s) (default /etc/ssh/ssh_known_hosts) and ~/.sweeper/known_hosts. An unknown key is
   refused with its SHA256 fingerprint and how to trust it; `host_key_policy: accept-new` records it
   in ~/.sweeper/known_hosts. A changed key is always refused.
 - Every operation on the host runs the agent (agent.py, the same code LocalHost calls in process)
@@ -23,7 +25,6 @@ import shlex
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -35,13 +36,13 @@ from sweeper.hosts.agent import TOKEN_VAR, build_agent_source
 from sweeper.hosts.base import AgentHost, CommandResult, ServerProcess, StopReport
 from sweeper.hosts.forward import LocalForward
 from sweeper.hosts.launch_script import build_env_json, build_launch_script, build_remote_run_dir
+from sweeper.hosts.ssh_config import Target, read_ssh_config, resolve_target
+from sweeper.hosts.ssh_proxy import ShellProxyCommand
 
 logging.getLogger("paramiko").addHandler(logging.NullHandler())  # failures reach the user as one line
 log = logging.getLogger(__name__)  # connects, reconnects, port forwards: what --verbose shows
 
 SWEEPER_KNOWN_HOSTS = "~/.sweeper/known_hosts"
-USER_KNOWN_HOSTS = "~/.ssh/known_hosts"
-USER_SSH_CONFIG = "~/.ssh/config"
 
 
 class SSHConnectError(UserError):
@@ -62,39 +63,6 @@ def fingerprint(key: paramiko.PKey) -> str:
     return "SHA256:" + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
 
 
-# ---------------------------------------------------------------- where to connect
-
-@dataclass(frozen=True)
-class Target:
-    alias: str
-    hostname: str
-    port: int
-    user: str | None
-    key_files: tuple[str, ...]
-    proxy_jump: str | None
-
-    @property
-    def display(self) -> str:
-        return f"{self.user + '@' if self.user else ''}{self.hostname}:{self.port}"
-
-
-def resolve_target(alias: str, port: int | None, user: str | None, identity_file: str | None,
-                   ssh_config: paramiko.SSHConfig) -> Target:
-    """The hosts.yaml entry over ~/.ssh/config: explicit keys win, the alias fills the rest."""
-    found = ssh_config.lookup(alias)
-    files = [identity_file] if identity_file else list(found.get("identityfile", []))
-    jump = found.get("proxyjump")
-    return Target(alias=alias, hostname=found.get("hostname", alias),
-                  port=int(port or found.get("port", 22)), user=user or found.get("user"),
-                  key_files=tuple(os.path.expanduser(f) for f in files),
-                  proxy_jump=None if jump in (None, "none") else jump)
-
-
-def load_ssh_config(path: str = USER_SSH_CONFIG) -> paramiko.SSHConfig:
-    path = os.path.expanduser(path)
-    return paramiko.SSHConfig.from_path(path) if os.path.isfile(path) else paramiko.SSHConfig()
-
-
 class RefuseOrRecordNewKeys(paramiko.MissingHostKeyPolicy):
     """Never accepts silently: refuses an unknown key with its fingerprint, or (accept-new) records
     it in the sweeper-owned known_hosts file."""
@@ -110,11 +78,26 @@ class RefuseOrRecordNewKeys(paramiko.MissingHostKeyPolicy):
             client.get_host_keys().add(hostname, key.get_name(), key)
             return
         t = self.target
-        keyscan = shlex.join(["ssh-keyscan", "-p", str(t.port), t.hostname])
+        known_hosts = _home_relative(t.known_hosts[0]) if t.known_hosts else "~/.ssh/known_hosts"
+        if t.proxied:  # ssh-keyscan cannot go through the proxy; ssh itself asks
+            how = f"log in once with `ssh {shlex.quote(t.alias)}` (it asks you to accept the key)"
+        else:
+            how = f"trust it with `{shlex.join(['ssh-keyscan', '-p', str(t.port), t.hostname])} >> {known_hosts}`"
         raise UnknownHostKey(
             f"host {self.host_name!r} ({t.hostname}:{t.port}) is not in known_hosts: its {key.get_name()} key "
-            f"is {fingerprint(key)}. If that is the host's fingerprint, trust it with "
-            f"`{keyscan} >> {SWEEPER_KNOWN_HOSTS}` or set `host_key_policy: accept-new` for this host")
+            f"is {fingerprint(key)}. If that is the host's fingerprint, {how} "
+            "or set `host_key_policy: accept-new` for this host")
+
+
+def _home_relative(path: str) -> str:
+    home = os.path.expanduser("~")
+    return "~" + path[len(home):] if path.startswith(home + "/") else path
+
+
+def _close(client: paramiko.SSHClient, sock: Any) -> None:
+    client.close()
+    if isinstance(sock, ShellProxyCommand):  # also when the transport never started
+        sock.close()
 
 
 def _describe(exc: BaseException) -> tuple[str, bool]:
@@ -141,11 +124,9 @@ def _describe(exc: BaseException) -> tuple[str, bool]:
 # ---------------------------------------------------------------- the host
 
 class SSHHost(AgentHost):
-    def __init__(self, name: str, spec: HostSpec, ssh_config_path: str = USER_SSH_CONFIG):
+    def __init__(self, name: str, spec: HostSpec):
         self.name, self.spec = name, spec
-        self._ssh_config = load_ssh_config(ssh_config_path)
-        self.target = resolve_target(spec.address or name, spec.port if spec.port != 22 else None,
-                                     spec.user, spec.identity_file, self._ssh_config)
+        self.target = self._resolve(spec.address or name, spec.port, spec.user, spec.identity_file)
         self._lock = threading.RLock()
         self._clients: list[paramiko.SSHClient] = []  # [jump hosts..., target]
         self._disruption: str | None = None
@@ -160,11 +141,17 @@ class SSHHost(AgentHost):
 
     # ---- connection ----
 
+    def _resolve(self, alias: str, port: int | None, user: str | None, identity_file: str | None) -> Target:
+        try:
+            return resolve_target(alias, read_ssh_config(alias, self.spec.ssh_config), port, user, identity_file)
+        except UserError as exc:
+            raise UserError(f"host {self.name!r}: {exc}") from None
+
     def _connect_client(self, target: Target, sock: Any = None) -> paramiko.SSHClient:
         client = paramiko.SSHClient()
-        for path in (USER_KNOWN_HOSTS, SWEEPER_KNOWN_HOSTS):
-            if os.path.isfile(os.path.expanduser(path)):
-                client.load_system_host_keys(os.path.expanduser(path))
+        for path in (*target.known_hosts, *target.global_known_hosts, os.path.expanduser(SWEEPER_KNOWN_HOSTS)):
+            if os.path.isfile(path):
+                client.load_system_host_keys(path)
         client.set_missing_host_key_policy(RefuseOrRecordNewKeys(
             self.name, target, self.spec.host_key_policy == "accept-new",
             Path(os.path.expanduser(SWEEPER_KNOWN_HOSTS))))
@@ -173,15 +160,18 @@ class SSHHost(AgentHost):
         try:
             client.connect(target.hostname, port=target.port, username=target.user,
                            key_filename=list(target.key_files) or None,
-                           look_for_keys=not target.key_files, allow_agent=True, sock=sock,
+                           look_for_keys=not target.key_files, allow_agent=not target.identities_only, sock=sock,
                            timeout=timeout, banner_timeout=timeout, auth_timeout=timeout,
                            channel_timeout=timeout)
         except UserError:
-            client.close()
+            _close(client, sock)
             raise
         except Exception as exc:  # paramiko and socket raise many kinds; _describe sorts them
-            client.close()
             why, transient = _describe(exc)
+            ended = sock.exit_reason(wait_s=0.3) if isinstance(sock, ShellProxyCommand) and transient else None
+            if ended:
+                why = f"ProxyCommand {ended}"
+            _close(client, sock)
             if transient and time.monotonic() - started >= timeout * 0.9 and "timed out" not in why:
                 why = f"timed out after {timeout:g}s ({why})"
             raise SSHConnectError(f"host {self.name!r}: cannot connect to {target.display}: {why}",
@@ -200,7 +190,7 @@ class SSHHost(AgentHost):
             if alias in seen:
                 raise UserError(f"host {self.name!r}: ProxyJump loop through {alias!r}")
             seen.add(alias)
-            hop_target = resolve_target(alias, int(port) if port else None, user or None, None, self._ssh_config)
+            hop_target = self._resolve(alias, int(port) if port else None, user or None, None)
             chain.insert(0, hop_target)
             earlier = jump.split(",")[:-1]
             jump = ",".join(earlier) if earlier else hop_target.proxy_jump
@@ -208,18 +198,29 @@ class SSHHost(AgentHost):
 
     def _connect_now(self) -> None:
         clients: list[paramiko.SSHClient] = []
+        hops = self._jump_chain()
         try:
-            for index, hop in enumerate([*self._jump_chain(), self.target]):
-                sock = self._open_hop_channel(clients[-1], hop) if index else None
+            for index, hop in enumerate([*hops, self.target]):
+                sock = self._open_hop_channel(clients[-1], hop) if index else self._proxy_command(hop)
                 clients.append(self._connect_client(hop, sock))
         except BaseException:
             for client in reversed(clients):
                 client.close()
             raise
         self._clients = clients
-        hops = self._jump_chain()
-        log.info("host %s: SSH connected to %s%s", self.name, self.target.display,
-                 f" through {', '.join(h.display for h in hops)}" if hops else "")
+        first = (hops or [self.target])[0]
+        log.info("host %s: SSH connected to %s%s%s", self.name, self.target.display,
+                 f" through {', '.join(h.display for h in hops)}" if hops else "",
+                 f" (ProxyCommand {first.proxy_command})" if first.proxy_command else "")
+
+    def _proxy_command(self, hop: Target) -> ShellProxyCommand | None:
+        if not hop.proxy_command:
+            return None
+        try:
+            return ShellProxyCommand(hop.proxy_command)
+        except OSError as exc:
+            raise SSHConnectError(f"host {self.name!r}: ProxyCommand of {hop.alias!r} cannot start: {exc}",
+                                  False) from None
 
     def _open_hop_channel(self, jump: paramiko.SSHClient, hop: Target) -> Any:
         try:

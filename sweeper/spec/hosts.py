@@ -13,7 +13,7 @@ from sweeper.spec.loading import Strict, load_model
 class HostSpec(Strict):
     transport: Literal["local", "ssh"]
     address: str | None = None
-    port: int = Field(22, ge=1, le=65535)
+    port: int | None = Field(None, ge=1, le=65535, description="ssh: default Port of ~/.ssh/config, else 22")
     user: str | None = None
     identity_file: str | None = None
     gpus: int = Field(8, ge=0, le=1024)
@@ -21,7 +21,9 @@ class HostSpec(Strict):
     python: str | None = Field(None, description="interpreter on the host; default: this one (local)")
     env: dict[str, str] = {}
     base_port: int = Field(31000, ge=1024, le=65000, description="first port tried for servers")
-    # ssh transport (sweeper/hosts/ssh.py); `address` may be a ~/.ssh/config alias
+    # ssh transport (sweeper/hosts/ssh.py); `address` may be a ~/.ssh/config alias; the keys set here win
+    ssh_config: str | None = Field(None, description="the OpenSSH config read (as ssh -F); default "
+                                   "~/.ssh/config then /etc/ssh/ssh_config; none: no config")
     host_key_policy: Literal["strict", "accept-new"] = Field(
         "strict", description="accept-new: record an unknown host key in ~/.sweeper/known_hosts")
     forward: bool = Field(True, description="reach servers through an SSH port forward")

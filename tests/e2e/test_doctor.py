@@ -15,6 +15,7 @@ import yaml
 from sweeper.sim.gpumem import record_gpu_memory
 from tests.e2e.conftest import TINY_SPACE
 from tests.support.ports import free_port
+from tests.support.tcp_relay import proxy_command
 
 pytestmark = pytest.mark.slow
 BARE_PYTHON = "/usr/bin/python3"  # Debian's python: sweeper is not installed for it
@@ -144,3 +145,20 @@ def test_an_unknown_host_key_is_a_problem_line_not_a_traceback(doctor, monkeypat
     assert "Traceback" not in result.stderr
     text = doctor.cli.run("doctor", "space.yaml", "--host", "box")
     assert text.stdout.startswith("problem  connection: box: ") and "fix: " in text.stdout
+
+
+def test_a_host_named_by_its_ssh_config_alias_behind_a_proxy_command(doctor, sshd, ssh_home, tmp_path):
+    relay = doctor.cli.workdir / "relay.log"
+    (ssh_home / ".ssh" / "conf.d").mkdir()
+    (ssh_home / ".ssh" / "conf.d" / "gpu.conf").write_text(
+        f"Host gpu-box\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User root\n  IdentityFile {sshd.user_key}\n"
+        f"  ProxyCommand {proxy_command(relay, '%h', '%p')}\n")
+    config = tmp_path / "ssh_config"
+    config.write_text("Include conf.d/*\n")
+    from_config = {"address": "gpu-box", "port": None, "user": None, "identity_file": None, "ssh_config": str(config)}
+    result, checks = doctor(**from_config)
+    assert result.returncode == 0 and problems(checks) == set(), result.stdout + result.stderr
+    assert relay.read_text().split()[1:] == ["127.0.0.1", str(sshd.port)]
+    result, checks = doctor(**{**from_config, "port": free_port()})  # hosts.yaml's port wins: nothing there
+    assert problems(checks) == {"connection"}
+    assert "ProxyCommand exited 1" in checks[0]["detail"] and "Connection refused" in checks[0]["detail"]

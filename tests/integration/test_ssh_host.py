@@ -23,6 +23,7 @@ from sweeper.hosts.gate import GpuBusy, check_gpus_before_launch, wait_gpus_rele
 from sweeper.hosts.procfs import live_group_members
 from sweeper.hosts.ssh import SSHHost
 from sweeper.sim.gpumem import record_gpu_memory
+from tests.support.tcp_relay import proxy_command
 from tests.support.waiting import wait_for
 
 STUBBORN = r"""
@@ -151,7 +152,7 @@ def test_unknown_host_key_is_refused_with_its_fingerprint(sshd, isolated_home, t
                               capture_output=True, text=True, check=True).stdout.split()[1]
     message = str(refused.value)
     assert expected.startswith("SHA256:") and expected in message and "\n" not in message
-    assert f"ssh-keyscan -p {sshd.port} 127.0.0.1 >> ~/.sweeper/known_hosts" in message
+    assert f"ssh-keyscan -p {sshd.port} 127.0.0.1 >> ~/.ssh/known_hosts" in message
     assert "host_key_policy: accept-new" in message
     assert not (isolated_home / ".sweeper" / "known_hosts").exists()  # never accepted silently
 
@@ -218,6 +219,113 @@ def test_ssh_config_alias_and_proxy_jump(sshd, ssh_home, tmp_path):
             assert len(host._clients) == (2 if alias == "inner" else 1)
         finally:
             host.close()
+
+
+# ---------------------------------------------------------------- ~/.ssh/config as OpenSSH reads it
+
+def alias_spec(sshd, tmp_path, config: Path, **extra) -> HostSpec:
+    """Host "gpu-box" as an alias of `config` (the hosts.yaml `ssh_config:`), port/user/key from there."""
+    entry = {k: v for k, v in sshd.host_entry(tmp_path / "work").items() if k not in ("port", "user", "identity_file")}
+    return HostSpec(**{**entry, "address": "gpu-box", "ssh_config": str(config), **extra})
+
+
+def relayed(log: Path) -> list[list[str]]:
+    return [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def _closed_port() -> int:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        return closed.getsockname()[1]
+
+
+def test_include_and_proxy_command_with_explicit_port_and_user_winning(sshd, ssh_home, tmp_path):
+    log = tmp_path / "relay.log"
+    (ssh_home / ".ssh" / "conf.d").mkdir()
+    (ssh_home / ".ssh" / "conf.d" / "gpu.conf").write_text(  # Port/User wrong on purpose: hosts.yaml wins
+        f"Host gpu-box\n  HostName 127.0.0.1\n  Port {_closed_port()}\n  User nobody\n"
+        f"  IdentityFile {sshd.user_key}\n  ProxyCommand {proxy_command(log, '%h', '%p', '%r')}\n")
+    config = tmp_path / "ssh_config"
+    config.write_text("Include conf.d/*.conf\n")  # relative: under ~/.ssh, as OpenSSH reads it
+    host = SSHHost("box", alias_spec(sshd, tmp_path, config, port=sshd.port, user="root"))
+    try:
+        assert host.run(["echo", "through the proxy"]).stdout == "through the proxy\n"
+        [[pid, *args]] = relayed(log)
+        assert args == ["127.0.0.1", str(sshd.port), "root"]  # %h %p %r: the explicit port and user
+    finally:
+        host.close()
+    assert not Path(f"/proc/{pid}").exists()  # the proxy process ended and was reaped
+
+
+def test_proxy_jump_through_a_hop_reached_by_proxy_command(sshd, ssh_home, tmp_path):
+    log, config = tmp_path / "relay.log", tmp_path / "ssh_config"
+    hop = f"  HostName 127.0.0.1\n  Port {sshd.port}\n  User root\n  IdentityFile {sshd.user_key}\n"
+    config.write_text(f"Host bastion\n{hop}  ProxyCommand {proxy_command(log, '%h', '%p')}\n"
+                      f"Host gpu-box\n{hop}  ProxyJump bastion\n")
+    host = SSHHost("box", alias_spec(sshd, tmp_path, config))
+    try:
+        assert len(host._clients) == 2 and host.run(["true"]).returncode == 0
+        assert [args for _, *args in relayed(log)] == [["127.0.0.1", str(sshd.port)]]  # the first hop only
+    finally:
+        host.close()
+
+
+def test_a_failing_proxy_command_is_one_line_with_its_reason(sshd, ssh_home, tmp_path):
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host gpu-box\n  HostName 127.0.0.1\n  User root\n  IdentityFile {sshd.user_key}\n"
+                      f"  ProxyCommand {proxy_command(tmp_path / 'relay.log', '%h', str(_closed_port()))}\n")
+    message = _one_line_within(lambda: SSHHost("box", alias_spec(sshd, tmp_path, config, connect_timeout_s=3)), 3)
+    assert "ProxyCommand exited 1" in message and "Connection refused" in message
+
+
+@pytest.fixture
+def ssh_agent(sshd, tmp_path, monkeypatch):
+    """A real ssh-agent holding the authorized key (stopped by its own pid)."""
+    socket_path = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(socket_path)], stdout=subprocess.DEVNULL)
+    try:
+        wait_for(socket_path.exists)
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(socket_path))
+        subprocess.run(["ssh-add", "-q", str(sshd.user_key)], check=True, capture_output=True)
+        yield socket_path
+    finally:
+        agent.terminate()
+        agent.wait(10)
+
+
+def test_identities_only_offers_the_configured_keys_only(sshd, ssh_home, ssh_agent, tmp_path):
+    def connect(identity: Path, identities_only: str) -> None:
+        config = tmp_path / "ssh_config"
+        config.write_text(f"Host gpu-box\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User root\n"
+                          f"  IdentityFile {identity}\n  IdentitiesOnly {identities_only}\n")
+        SSHHost("box", alias_spec(sshd, tmp_path, config, connect_timeout_s=3)).close()
+
+    connect(sshd.other_key, "no")  # the agent's key gets in
+    connect(sshd.user_key, "yes")
+    refused = _one_line_within(lambda: connect(sshd.other_key, "yes"), 3)
+    assert "authentication failed" in refused
+
+
+def test_user_and_global_known_hosts_files_are_honoured(sshd, isolated_home, tmp_path, monkeypatch):
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    trusted, empty = tmp_path / "trusted_hosts", tmp_path / "empty_hosts"
+    trusted.write_text(sshd.known_hosts_line())
+    empty.write_text("")
+    config = tmp_path / "ssh_config"
+
+    def connect(known_hosts_lines: str) -> None:
+        config.write_text(f"Host gpu-box\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User root\n"
+                          f"  IdentityFile {sshd.user_key}\n{known_hosts_lines}")
+        SSHHost("box", alias_spec(sshd, tmp_path, config)).close()
+
+    connect(f"  UserKnownHostsFile {tmp_path / 'absent'} {trusted}\n")
+    connect(f"  UserKnownHostsFile /dev/null\n  GlobalKnownHostsFile {trusted}\n")
+    sshd.trust(isolated_home)  # ~/.ssh/known_hosts has the key, but the config names other files
+    with pytest.raises(UserError) as refused:
+        connect(f"  UserKnownHostsFile {empty}\n  GlobalKnownHostsFile {empty}\n")
+    message = str(refused.value)
+    assert "is not in known_hosts" in message and f"ssh-keyscan -p {sshd.port} 127.0.0.1 >> {empty}" in message
+    assert empty.read_text() == "" and not (isolated_home / ".sweeper" / "known_hosts").exists()
 
 
 # ---------------------------------------------------------------- quoting
