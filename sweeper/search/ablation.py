@@ -18,15 +18,7 @@ import optuna
 from sweeper.spec.space import Space
 from sweeper.search.trials import ranked_trials
 from sweeper.search.configs import config_key, is_active, parameter_values
-
-ALPHA = 0.05  # the false discovery rate across an ablation's levers; 95% intervals elsewhere
-
-
-def t95(df: float) -> float:
-    """The two-sided 95% Student t quantile (inf below one degree of freedom)."""
-    from scipy import stats  # here: importing scipy.stats costs every command ~1 s of start-up
-
-    return math.inf if df < 1 else float(stats.t.ppf(0.975, df))
+from sweeper.search.confidence import ALPHA, t95  # ALPHA: also the false discovery rate across levers
 
 
 def sampled_config(space: Space, values: dict[str, Any]) -> dict[str, Any]:
