@@ -132,6 +132,13 @@ def front_ranked_frame(study: optuna.Study, level: int | None = None, feasible_o
     return frame
 
 
+def plain_cell(value):
+    """A frame cell as plain (JSON) data: NaN and NA become None, numpy scalars Python ones."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
 def best_ranked_trial(study: optuna.Study, level: int | None = None) -> optuna.trial.FrozenTrial | None:
     """The trial ranked first at `level` (default: the objective's level), or None."""
     frame = ranked_frame(study, level, feasible_only=True)
