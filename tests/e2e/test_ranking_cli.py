@@ -11,6 +11,7 @@ import pytest
 from scipy import stats
 
 from sweeper.search.study import load_study, measured_runs
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -69,6 +70,8 @@ def check_ties_and_json(cli, study, table, ranked, samples):
 
 def test_leaderboard_show_and_best_carry_cis_and_ties_before_and_after_validation(cli):
     (cli.workdir / "twins.yaml").write_text(TWINS)
+    hosts = cli.workdir / "hosts.yaml"  # ports of its own, away from other suites' servers
+    hosts.write_text(hosts.read_text().replace("base_port: 31000", f"base_port: {free_port()}"))
     result = cli.run("sweep", "twins.yaml", "--study", "r", "--sampler", "brute", "--trials", "6")
     assert result.returncode == 0, result.stderr
     table, ranked = read_exports(cli, "r")
