@@ -99,7 +99,8 @@ def _with_confidence(frame: pd.DataFrame, ties: bool) -> pd.DataFrame:
     """The CI columns from the `_estimate` column (dropped), and with `ties` each ranked row's tie
     with rank 1 (rank 1 itself is tied with itself: the rows marked true are the top's tie set)."""
     estimates = list(frame["_estimate"])
-    first = next((e for e, r in zip(estimates, frame["rank"]) if e is not None and not pd.isna(r) and r == 1), None) if ties else None
+    ranked_first = len(frame) > 0 and not pd.isna(frame["rank"].iloc[0])  # sorted: rank 1 is row 0
+    first = estimates[0] if ties and ranked_first else None
     verdicts = [tie(first, e) if first is not None and e is not None else None for e in estimates]
     return frame.drop(columns="_estimate").assign(
         ci_low=[e.low if e and e.known else math.nan for e in estimates],
@@ -144,8 +145,9 @@ def best_ranked_trial(study: optuna.Study, level: int | None = None) -> optuna.t
     frame = ranked_frame(study, level, feasible_only=True)
     if frame.empty:
         return None
-    return _trial_by_number(study, int(frame["trial"].iloc[0]))
+    return trial_by_number(study, int(frame["trial"].iloc[0]))
 
 
-def _trial_by_number(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
+def trial_by_number(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
+    """The study's trial with this number."""
     return next(t for t in study.get_trials(deepcopy=False) if t.number == number)

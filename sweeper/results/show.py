@@ -13,7 +13,7 @@ from rich.text import Text
 from sweeper.results.gap import build_study_gap, format_gap_lines
 from sweeper.search.trials import best_trial, is_evaluation
 from sweeper.results.leaderboard import format_values
-from sweeper.results.ranking import plain_cell, ranked_frame
+from sweeper.results.ranking import plain_cell, ranked_frame, trial_by_number
 from sweeper.search.trials import infeasible_reason, is_pareto_study, pareto_trials
 from sweeper.search.stored import output_rejected, reference_text
 
@@ -31,7 +31,7 @@ def build_show_record(study: optuna.Study) -> dict:
     if is_pareto_study(study):
         ranked = pareto_trials(study) if best else []
     else:  # the ranked #1: a validated finalist ranks by its re-runs' mean
-        ranked = [_trial_by_number(study, confidence[0]["trial"])] if confidence else []
+        ranked = [trial_by_number(study, confidence[0]["trial"])] if confidence else []
     return {
         "study": study.study_name,
         "trials": len(trials),
@@ -110,10 +110,6 @@ def format_ci(low: float | None, high: float | None, source: str) -> str:
     return "95% CI unknown" if low is None or high is None else f"95% CI {low:.2f}-{high:.2f} ({source})"
 
 
-def _trial_by_number(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
-    return next(t for t in study.get_trials(deepcopy=False) if t.number == number)
-
-
 def build_best_record(study: optuna.Study) -> dict | None:
     """`best --json`: the ranked #1 with its 95% CI (once `validate` re-ran the finalists, their
     means rank and give the CI; else the level's own CI where the measurement recorded one, else
@@ -127,6 +123,6 @@ def build_best_record(study: optuna.Study) -> dict | None:
                 "ci_high": None, "validated": False, "tied_with": []}
     first = confidence[0]
     of = _confidence_of(confidence, first["trial"])
-    return {"trial": first["trial"], "params": _trial_by_number(study, first["trial"]).params,
+    return {"trial": first["trial"], "params": trial_by_number(study, first["trial"]).params,
             "value": first["value"], "ci_low": of["ci_low"], "ci_high": of["ci_high"],
             "validated": first["ci_source"] == "validation", "tied_with": of["tied_with"]}
