@@ -1,6 +1,7 @@
 """The real CLI on a simulator study: leaderboard (table, CSV, JSON, Parquet), `show --json` and
 `best --json` carry each ranked value's 95% CI and the tie with #1, first from the levels'
-repeats, then from `validate`'s re-runs; every number is recomputed here with scipy.stats."""
+repeats, then from `validate`'s re-runs; every number is recomputed here with scipy.stats. And
+`ablate` without --repeats sizes them to the noise of the baseline's first runs."""
 
 import json
 import math
@@ -10,6 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from sweeper.search.confidence import repeats_to_detect
 from sweeper.search.study import load_study, measured_runs
 from tests.support.ports import free_port
 
@@ -29,8 +31,10 @@ parameters:
 seeds:
   - name: base
     params: {tp_size: 8, ep_size: 8, twin: a}
-# the tiny space's load (tests/support/spaces.py): light enough for a busy 2-core runner's client
-workload: {input_len: 64, output_len: 32, concurrency: [4], min_rounds: 2, warmup_rounds: 1, repeats: 2}
+# a light load with long requests and a lenient client-lag bar: valid on a busy 2-core runner,
+# where the client's own turnaround and lag would otherwise spoil the levels this test reads
+workload: {input_len: 64, output_len: 64, concurrency: [2], min_rounds: 2, warmup_rounds: 1,
+           max_client_lag_ms: 100, repeats: 2}
 launch: {ready_timeout_s: 60, stall_timeout_s: 5, stop_grace_s: 5}
 """
 
@@ -77,7 +81,7 @@ def test_leaderboard_show_and_best_carry_cis_and_ties_before_and_after_validatio
     table, ranked = read_exports(cli, "r")
     assert "95% CI" in table and len(ranked) >= 2
     study = optuna.load_study(study_name="r", storage=f"sqlite:///{cli.workdir}/results/r/study.db")
-    levels = {t.number: t.user_attrs["levels"]["4"] for t in study.trials if "levels" in t.user_attrs}
+    levels = {t.number: t.user_attrs["levels"]["2"] for t in study.trials if "levels" in t.user_attrs}
     samples = {}
     for _, row in ranked.iterrows():  # the levels' repeats: value ± t(n-1) * CV * value / sqrt(n)
         m = levels[int(row["trial"])]
@@ -108,3 +112,23 @@ def test_leaderboard_show_and_best_carry_cis_and_ties_before_and_after_validatio
         samples[int(row["trial"])] = (sum(values) / len(values), float(pd.Series(values).std()), len(values))
     best = check_ties_and_json(cli, "r", table, ranked, samples)
     assert best["validated"] is (ranked.loc[0, "ci_source"] == "validation")
+
+
+def test_ablate_without_repeats_sizes_them_to_the_baselines_noise_and_says_so(cli):
+    (cli.workdir / "abl.yaml").write_text(TWINS.replace("choices: [a, b, c]", "choices: [a, b]")
+                                          .replace(",\n           max_client_lag_ms: 100, repeats: 2}", ", max_client_lag_ms: 100}"))
+    hosts = cli.workdir / "hosts.yaml"
+    hosts.write_text(hosts.read_text().replace("base_port: 31000", f"base_port: {free_port()}"))
+    result = cli.run("ablate", "abl.yaml", "--baseline", "base", "--study", "ab")
+    assert result.returncode == 0, result.stderr
+    study = optuna.load_study(study_name="ab", storage=f"sqlite:///{cli.workdir}/results/ab/study.db")
+    runs = sorted((t for t in study.trials if "label" in t.user_attrs), key=lambda t: t.number)
+    pilot = [t.values[0] for t in runs[:3] if t.user_attrs.get("levels", {}).get("2", {}).get("valid")]
+    cv = stats.variation(pilot, ddof=1)
+    chosen = study.user_attrs["ablation_repeats"]
+    assert chosen["cv"] == pytest.approx(cv) and chosen["repeats"] == repeats_to_detect(0.05, cv)
+    n = chosen["repeats"]
+    assert f"repeats: {n}, chosen to detect a 5% change at the measured {cv:.1%} noise" in result.stdout
+    labels = [t.user_attrs["label"] for t in runs]
+    assert labels[:3] == ["baseline"] * 3 and labels[3:] == ["baseline", "twin=b"] * n  # then interleaved
+    assert study.user_attrs["budget"] == 3 + 2 * n
