@@ -17,7 +17,6 @@ from sweeper.results.show import build_best_record, build_show_record, format_sh
 from sweeper.results.table import format_leaderboard_table
 from sweeper.search.stored import parse_stored_space
 from sweeper.search.study import load_study
-from sweeper.search.trials import best_trial
 
 
 def leaderboard(
@@ -97,6 +96,7 @@ def best(
 ) -> None:
     """The best feasible config of a study (as a launch script with --script); in the Pareto mode,
     the front."""
+    from sweeper.results.ranking import best_ranked_trial
     from sweeper.search.trials import chosen_trial, is_pareto_study
     from sweeper.spec.hosts import HostSpec
     from sweeper.results.script import best_launch_script
@@ -120,7 +120,7 @@ def best(
         elif is_pareto_study(optuna_study) and chosen is None:
             console.print(format_leaderboard_table(optuna_study, len(optuna_study.trials), feasible_only=True))
         else:
-            trial = chosen or best_trial(optuna_study)
+            trial = chosen or best_ranked_trial(optuna_study)  # rank 1: a validated finalist by its re-runs
             console.print(f"trial {trial.number}: {', '.join(f'{v:.2f}' for v in trial.values)}  {trial.params}")
 
 

@@ -17,10 +17,15 @@ from sweeper.search.study import load_study
 from sweeper.spec.space import Space, load_space
 
 
+PILOT_RUNS = 3  # first runs of the baseline that measure the noise ablate's repeats are sized for
+
+
 def ablate(
     space_file: Path = typer.Argument(..., help="Search-space YAML file."),
     baseline: str = typer.Option(..., "--baseline", help="A seed name of the space, or a YAML file of parameter values."),
-    repeats: int = typer.Option(2, "--repeats", min=1, help="Runs of every config, interleaved."),
+    repeats: Optional[int] = typer.Option(None, "--repeats", min=1, help="Runs of every config, interleaved "
+                                          "(default: enough to detect a 5% change at the noise measured on "
+                                          f"{PILOT_RUNS} first runs of the baseline)."),
     hosts: Path = typer.Option(Path("hosts.yaml"), "--hosts"),
     host: str = typer.Option("local", "--host"),
     study: Optional[str] = typer.Option(None, "--study", help="Study name (default: space name + ablation + time)."),
@@ -28,25 +33,46 @@ def ablate(
     results: Path = RESULTS_OPT,
 ) -> None:
     """The baseline, then each single-lever change from it: each lever's delta with a 95% CI."""
-    from sweeper.search.ablation import Measured, ablation_runs, summarize_ablation
+    from sweeper.search.ablation import Measured, ablation_runs, repeats_for_noise, sampled_config, summarize_ablation
     from sweeper.results.ablation_table import format_ablation_table
+    from sweeper.search.confidence import MAX_REPEATS
     from sweeper.search.study import enqueue_runs, measured_runs, run_queue
 
     with user_errors():
         space = load_space(space_file)
-        runs = ablation_runs(space, _baseline_params(space, baseline), repeats)
+        params = _baseline_params(space, baseline)
+        round_size = len(ablation_runs(space, params, 1))
         name = study or f"{space.name}-ablation-{datetime.now():%Y%m%d-%H%M%S}"
-        handle, connected = open_new_study(space_file, space, hosts, host, name, results, storage, len(runs), "random",
+        budget = round_size * repeats if repeats else PILOT_RUNS + round_size * MAX_REPEATS  # the most it may run
+        handle, connected = open_new_study(space_file, space, hosts, host, name, results, storage, budget, "random",
                                               enqueue_seeds=False)
         handle.study.set_user_attr("reference_seed", "baseline")
-        enqueue_runs(handle.study, runs, seed_label="baseline")
-        with_progress(handle, connected, lambda events: run_queue(handle, connected, events))
+        chosen: dict = {}
+
+        def run(events) -> None:
+            n = repeats
+            if n is None:  # the noise first: the baseline on fresh servers (these runs count as its own)
+                enqueue_runs(handle.study, [("baseline", sampled_config(space, params))] * PILOT_RUNS,
+                             seed_label="baseline")
+                run_queue(handle, connected, events)
+                chosen.update(repeats_for_noise([v for label, v in measured_runs(handle.study) if label == "baseline"]))
+                n = chosen["repeats"]
+                handle.study.set_user_attr("ablation_repeats", chosen)
+                handle.study.set_user_attr("budget", PILOT_RUNS + round_size * n)
+                console.print(chosen["note"])
+            enqueue_runs(handle.study, ablation_runs(space, params, n), seed_label="baseline")
+            run_queue(handle, connected, events)
+
+        with_progress(handle, connected, run)
         goal = space.goals[0]  # the Pareto mode: levers are judged on its throughput objective
         rows = summarize_ablation([Measured(label, value) for label, value in measured_runs(handle.study)],
                                   goal.direction == "maximize")
         handle.study.set_user_attr("ablation", rows)
-        console.print(format_ablation_table(rows, f"ablation from {baseline} ({repeats} runs each): "
+        runs_each = f"{repeats} runs each" if repeats else f"{chosen['repeats']} runs each, baseline +{PILOT_RUNS}"
+        console.print(format_ablation_table(rows, f"ablation from {baseline} ({runs_each}): "
                                                   f"{goal.metric} at C={goal.level}"))
+        if chosen:
+            console.print(chosen["note"])
         console.print(f"study [bold]{handle.name}[/] in {handle.dir}")
 
 

@@ -2,7 +2,7 @@
 
 - leaderboard.py      one row per trial (pandas), best feasible first; the per-level columns
 - table.py            the leaderboard as a rich table
-- ranking.py          ranking at any concurrency level
+- ranking.py          ranking at any concurrency level, each value's 95% CI and its tie with #1
 - export.py           CSV / JSON / Parquet exports with provenance columns
 - provenance.py       where numbers came from: versions, engine, model, GPU
 - show.py             `sweeper show`: trials by state, the best so far, what is running

@@ -27,8 +27,11 @@ def _is_missing(value) -> bool:
 _FIXED_DTYPES = {"rank": "Int64", "trial": "Int64", "duplicate_of": "Int64", "retry_of": "Int64",
                  "rank_level": "Int64", "feasible": "boolean", "objective": "float64",
                  "rank_value": "float64", "duration_s": "float64",
-                 "objective_2": "float64", "on_front": "boolean"}  # the last two: the Pareto mode
-_STRING_COLUMNS = {"state", "failure_stage", "failure_kind", "seed", "host", *PROVENANCE_COLUMNS}
+                 "objective_2": "float64", "on_front": "boolean",  # these two: the Pareto mode
+                 "ci_low": "float64", "ci_high": "float64", "precision_reached": "boolean",
+                 "tied_with_best": "boolean"}
+_STRING_COLUMNS = {"state", "failure_stage", "failure_kind", "seed", "host", "ci_source", "tie_rule",
+                   *PROVENANCE_COLUMNS}
 
 
 def column_dtype(name: str, values) -> str:

@@ -1,5 +1,6 @@
 """Ranking at any concurrency level: the objective's metric read at level C. Only feasible trials
-whose level C is valid rank; duplicates, failures and invalid levels never do."""
+whose level C is valid rank; duplicates, failures and invalid levels never do. Each ranked value
+carries its 95% CI and whether it is statistically tied with #1 (search/confidence.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,11 @@ from sweeper.errors import UserError
 from sweeper.outcomes import CAPACITY_METRIC
 from sweeper.results.leaderboard import concurrency_levels, leaderboard_frame
 from sweeper.search.trials import is_pareto_study
+from sweeper.search.confidence import Estimate, tie, trial_estimate
 from sweeper.search.stored import ObjectiveSpec, objective_spec
+
+# What ranked_frame adds to the leaderboard besides rank, rank_level and rank_value
+CONFIDENCE_COLUMNS = ("ci_low", "ci_high", "ci_source", "precision_reached", "tied_with_best", "tie_rule")
 
 
 def rank_value(trial_levels: dict, feasible: bool, spec: ObjectiveSpec, capacity: dict | None = None) -> float:
@@ -46,20 +51,74 @@ def ranked_frame(study: optuna.Study, level: int | None = None, feasible_only: b
     spec = objective_spec(study, level)
     frame = leaderboard_frame(study)
     if frame.empty:
-        return frame.assign(rank=pd.Series(dtype="Int64"), rank_level=pd.Series(dtype="int64"),
-                            rank_value=pd.Series(dtype="float64"))
-    trials = {t.number: t.user_attrs for t in study.get_trials(deepcopy=False)}
-    values = [rank_value(trials.get(n, {}).get("levels", {}), bool(f), spec, trials.get(n, {}).get("capacity"))
-              for n, f in zip(frame["trial"], frame["feasible"])]
-    frame = frame.assign(rank_level=spec.level, rank_value=values)
+        return _empty_ranked(frame)
+    estimates = _estimates(study, frame, spec)
+    frame = frame.assign(rank_level=spec.level, rank_value=[e.value if e else math.nan for e in estimates],
+                         _estimate=estimates)
     key = -frame["rank_value"] if spec.maximize else frame["rank_value"]
     frame = (frame.assign(_key=key).sort_values(["_key", "trial"], na_position="last")
              .drop(columns="_key").reset_index(drop=True))
     ranked = frame["rank_value"].notna()
     frame["rank"] = pd.array([i + 1 if r else None for i, r in enumerate(ranked)], dtype="Int64")
+    frame = _with_confidence(frame, ties=True)
     if feasible_only:
         frame = frame[ranked].reset_index(drop=True)
     return frame
+
+
+def _empty_ranked(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.assign(rank=pd.Series(dtype="Int64"), rank_level=pd.Series(dtype="int64"),
+                        rank_value=pd.Series(dtype="float64"),
+                        **{name: pd.Series(dtype="object") for name in CONFIDENCE_COLUMNS})
+
+
+def validation_rows(study: optuna.Study, spec: ObjectiveSpec) -> dict[int, dict]:
+    """Trial number -> its row of `sweeper validate`'s re-runs, when they measured what ranks here
+    (the objective's first metric at its own level)."""
+    first = objective_spec(study)
+    if (spec.level, spec.metric) != (first.level, first.metric):
+        return {}
+    validation = study.user_attrs.get("validation") or {}
+    if validation.get("mode") == "pareto":  # the front is not re-ranked by its re-runs
+        return {}
+    rows = validation.get("rows") or []
+    return {int(row["config"].split()[-1]): row for row in rows}
+
+
+def _estimates(study: optuna.Study, frame: pd.DataFrame, spec: ObjectiveSpec) -> list[Estimate | None]:
+    """Each row's ranked value with its CI (a validated finalist ranks by its re-runs' mean); None
+    where the trial does not rank at this level."""
+    attrs_by_trial = {t.number: t.user_attrs for t in study.get_trials(deepcopy=False)}
+    validated = validation_rows(study, spec)
+    estimates = []
+    for number, feasible in zip(frame["trial"], frame["feasible"]):
+        attrs = attrs_by_trial.get(number, {})
+        levels = attrs.get("levels", {})
+        value = rank_value(levels, bool(feasible), spec, attrs.get("capacity"))
+        if math.isnan(value):
+            estimates.append(None)
+        elif spec.metric == CAPACITY_METRIC:  # one search per trial: no interval
+            estimates.append(Estimate(value))
+        else:
+            estimates.append(trial_estimate(levels[str(spec.level)], spec.metric, validated.get(number)))
+    return estimates
+
+
+def _with_confidence(frame: pd.DataFrame, ties: bool) -> pd.DataFrame:
+    """The CI columns from the `_estimate` column (dropped), and with `ties` each ranked row's tie
+    with rank 1 (rank 1 itself is tied with itself: the rows marked true are the top's tie set)."""
+    estimates = list(frame["_estimate"])
+    ranked_first = len(frame) > 0 and not pd.isna(frame["rank"].iloc[0])  # sorted: rank 1 is row 0
+    first = estimates[0] if ties and ranked_first else None
+    verdicts = [tie(first, e) if first is not None and e is not None else None for e in estimates]
+    return frame.drop(columns="_estimate").assign(
+        ci_low=[e.low if e and e.known else math.nan for e in estimates],
+        ci_high=[e.high if e and e.known else math.nan for e in estimates],
+        ci_source=[e.source if e else "" for e in estimates],
+        precision_reached=[e.precise if e and e.precise is not None else None for e in estimates],
+        tied_with_best=[v.tied if v and v.tied is not None else None for v in verdicts],
+        tie_rule=[v.rule if v and v.rule else "" for v in verdicts],
+    )
 
 
 def front_ranked_frame(study: optuna.Study, level: int | None = None, feasible_only: bool = False) -> pd.DataFrame:
@@ -71,14 +130,23 @@ def front_ranked_frame(study: optuna.Study, level: int | None = None, feasible_o
     spec = objective_spec(study)
     frame = leaderboard_frame(study)
     if frame.empty:
-        return frame.assign(rank=pd.Series(dtype="Int64"), rank_level=pd.Series(dtype="int64"),
-                            rank_value=pd.Series(dtype="float64"))
+        return _empty_ranked(frame)
     front = frame["on_front"].astype(bool)
-    frame = frame.assign(rank_level=spec.level, rank_value=frame["objective"].where(front))
+    # the front's members trade throughput for latency: CIs of the first objective, no ties
+    estimates = [e if f else None for e, f in zip(_estimates(study, frame, spec), front)]
+    frame = frame.assign(rank_level=spec.level, rank_value=frame["objective"].where(front), _estimate=estimates)
     frame["rank"] = pd.array([i + 1 if f else None for i, f in enumerate(front)], dtype="Int64")
+    frame = _with_confidence(frame, ties=False)
     if feasible_only:
         frame = frame[front].reset_index(drop=True)
     return frame
+
+
+def plain_cell(value):
+    """A frame cell as plain (JSON) data: NaN and NA become None, numpy scalars Python ones."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value.item() if hasattr(value, "item") else value
 
 
 def best_ranked_trial(study: optuna.Study, level: int | None = None) -> optuna.trial.FrozenTrial | None:
@@ -86,8 +154,9 @@ def best_ranked_trial(study: optuna.Study, level: int | None = None) -> optuna.t
     frame = ranked_frame(study, level, feasible_only=True)
     if frame.empty:
         return None
-    return _trial_by_number(study, int(frame["trial"].iloc[0]))
+    return trial_by_number(study, int(frame["trial"].iloc[0]))
 
 
-def _trial_by_number(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
+def trial_by_number(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
+    """The study's trial with this number."""
     return next(t for t in study.get_trials(deepcopy=False) if t.number == number)

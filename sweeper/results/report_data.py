@@ -14,7 +14,7 @@ from sweeper.results.gap import GapToTarget, build_study_gap
 from sweeper.results.importance import build_param_importances
 from sweeper.results.leaderboard import concurrency_levels, parameter_names
 from sweeper.results.provenance import build_provenance
-from sweeper.results.ranking import ranked_frame
+from sweeper.results.ranking import plain_cell, ranked_frame
 from sweeper.search.stored import ObjectiveSpec, objective_spec, objective_specs
 
 TOP_CONFIGS = 5
@@ -33,6 +33,11 @@ class ConfigLevels:
     params: dict[str, Any]
     levels: tuple[int, ...]
     metrics: dict[int, dict[str, float]]  # level -> bench_serving metrics
+    ci_low: float | None = None  # the ranked value's 95% CI (None: unknown)
+    ci_high: float | None = None
+    ci_source: str = "none"  # validation | precision | repeats | none (search/confidence.py)
+    tied_with_best: bool | None = None  # None: unknown (an interval is)
+    precision_reached: bool | None = None
 
     @property
     def label(self) -> str:
@@ -111,7 +116,9 @@ def build_top_configs(study: optuna.Study, frame, levels: list[int], k: int) -> 
         trial = trials[int(row["trial"])]
         metrics = _valid_levels(trial, levels)
         top.append(ConfigLevels(trial.number, int(row["rank"]), float(row["rank_value"]), dict(trial.params),
-                                tuple(sorted(metrics)), metrics))
+                                tuple(sorted(metrics)), metrics, plain_cell(row["ci_low"]), plain_cell(row["ci_high"]),
+                                row["ci_source"] or "none", plain_cell(row["tied_with_best"]),
+                                plain_cell(row["precision_reached"])))
     return top
 
 

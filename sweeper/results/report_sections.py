@@ -42,6 +42,34 @@ def format_params(params: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in params.items())
 
 
+def format_ci(config) -> str:
+    """'low-high (source)', flagged when the level's precision was not reached; 'unknown' when
+    no interval was recorded (a single measurement is never shown as precise)."""
+    if config.ci_low is None or config.ci_high is None:
+        return "unknown"
+    imprecise = ", imprecise" if config.precision_reached is False else ""
+    return f"{fmt(config.ci_low)}-{fmt(config.ci_high)} ({config.ci_source}{imprecise})"
+
+
+def format_tie(config) -> str:
+    if config.rank == 1:
+        return "#1"
+    return {True: "tied", False: "no", None: "unknown"}[config.tied_with_best]
+
+
+def tie_sentence(data: ReportData) -> str:
+    """Whether the top is a tie, in words."""
+    if data.pareto_objectives:
+        return "The front's members trade throughput for latency; 95% CIs of the first objective."
+    tied = [c.trial for c in data.top if c.rank != 1 and c.tied_with_best]
+    if data.top[0].ci_low is None:
+        return "The best value's 95% CI is unknown (a single measurement): ties cannot be told."
+    if tied:
+        return (f"The top is a tie: trial{'s' if len(tied) > 1 else ''} {', '.join(map(str, tied))} "
+                f"cannot be told apart from #1 (trial {data.top[0].trial}) at 5%.")
+    return f"No config shown is statistically tied with #1 (trial {data.top[0].trial}) at 5%."
+
+
 def build_summary_section(data: ReportData) -> Section:
     c, p = data.counts, data.provenance
     if data.pareto_objectives:
@@ -78,11 +106,12 @@ def build_gap_section(gap: GapToTarget | None) -> Section | None:
 
 def build_top_section(data: ReportData) -> Section:
     levels = data.levels
-    rows = [[str(c.rank), str(c.trial), fmt(c.value),
+    rows = [[str(c.rank), str(c.trial), fmt(c.value), format_ci(c), format_tie(c),
              *[fmt(c.metrics[l]["output_throughput"]) if l in c.metrics else "-" for l in levels],
              format_params(c.params)] for c in data.top]
-    table = Table(["rank", "trial", data.objective.name, *[f"C={l} tok/s" for l in levels], "config"], rows)
-    paragraphs = [] if data.top else ["No config has ranked yet."]
+    table = Table(["rank", "trial", data.objective.name, "95% CI", "tied with #1",
+                   *[f"C={l} tok/s" for l in levels], "config"], rows)
+    paragraphs = [tie_sentence(data)] if data.top else ["No config has ranked yet."]
     return Section("throughput", "Throughput against concurrency (top configs)", paragraphs, [table],
                    figure="throughput")
 

@@ -12,7 +12,7 @@ from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import Space
 from sweeper.engines import get_engine
 from sweeper.redact import redact_env
-from sweeper.search.trials import best_trial
+from sweeper.results.ranking import best_ranked_trial
 from sweeper.results.leaderboard import format_values
 
 
@@ -30,9 +30,9 @@ def format_launch_script(space: Space, host_name: str, host_spec: HostSpec, para
 
 def best_launch_script(study: optuna.Study, space: Space, host_spec: HostSpec,
                        trial: FrozenTrial | None = None) -> str | None:
-    """The launch script of `trial`, by default the best (in the Pareto mode: the front's best
-    throughput)."""
-    best = trial or best_trial(study)
+    """The launch script of `trial`, by default the best: rank 1 of the leaderboard (a validated
+    finalist ranks by its re-runs' mean; in the Pareto mode the front's best throughput)."""
+    best = trial or best_ranked_trial(study)
     if best is None:
         return None
     attrs = study.user_attrs

@@ -13,6 +13,7 @@ from rich.text import Text
 from sweeper.results.gap import build_study_gap, format_gap_lines
 from sweeper.search.trials import best_trial, is_evaluation
 from sweeper.results.leaderboard import format_values
+from sweeper.results.ranking import plain_cell, ranked_frame, trial_by_number
 from sweeper.search.trials import infeasible_reason, is_pareto_study, pareto_trials
 from sweeper.search.stored import output_rejected, reference_text
 
@@ -26,7 +27,11 @@ def build_show_record(study: optuna.Study) -> dict:
                          if t.state == TrialState.COMPLETE)
     infeasible.pop(None, None)
     best = best_trial(study)
-    ranked = (pareto_trials(study) if is_pareto_study(study) else [best]) if best else []
+    confidence = ranked_confidence(study)
+    if is_pareto_study(study):
+        ranked = pareto_trials(study) if best else []
+    else:  # the ranked #1: a validated finalist ranks by its re-runs' mean
+        ranked = [trial_by_number(study, confidence[0]["trial"])] if confidence else []
     return {
         "study": study.study_name,
         "trials": len(trials),
@@ -35,7 +40,9 @@ def build_show_record(study: optuna.Study) -> dict:
         "by_state": dict(sorted(Counter(t.state.name for t in trials).items())),
         "not_ranked": dict(sorted(infeasible.items())),
         "pareto": is_pareto_study(study),
-        "best": [{"trial": t.number, "values": list(t.values), "params": t.params} for t in ranked],
+        "best": [{"trial": t.number, "values": list(t.values), "params": t.params,
+                  **_confidence_of(confidence, t.number)}
+                 for t in ranked],
         "engine_warnings": list(study.user_attrs.get("engine_warnings") or []),
         "gap": build_study_gap(study),
         "running": [{"trial": t.number, "stage": t.user_attrs.get("stage", "?"), "host": t.user_attrs.get("host", "?"),
@@ -57,7 +64,12 @@ def format_show(study: optuna.Study) -> Group:
         lines.append(Text(f"Pareto front: {len(ranked)} configs (trials {', '.join(str(t.number) for t in ranked)})"))
         lines += [Text(f"  trial {t.number}: {format_values(study, t)}, {t.params}") for t in ranked]
     elif ranked:
-        lines.append(Text(f"best: trial {ranked[0].number}, {format_values(study, ranked[0])}, {ranked[0].params}"))
+        first = record["best"][0]
+        lines.append(Text(f"best: trial {ranked[0].number}, {format_values(study, ranked[0])} "
+                          f"({format_ci(first['ci_low'], first['ci_high'], first['ci_source'])}), {ranked[0].params}"))
+        if first["tied_with"]:
+            lines.append(Text(f"tied with #1 ({first['tie_rule']}): trials {', '.join(map(str, first['tied_with']))}; "
+                              "the top is a tie", style="yellow"))
     else:
         lines.append(Text("best: none feasible yet"))
     lines += [Text(f"engine: {warning}", style="yellow") for warning in record["engine_warnings"]]
@@ -73,21 +85,44 @@ def format_show(study: optuna.Study) -> Group:
     return Group(*lines)
 
 
+def ranked_confidence(study: optuna.Study) -> list[dict]:
+    """The ranked trials at the objective's level, #1 first: value, 95% CI (None when unknown),
+    where the CI came from, and the tie with #1 (ranking.py, search/confidence.py)."""
+    frame = ranked_frame(study, feasible_only=True)
+    return [{"trial": int(row["trial"]), "value": float(row["rank_value"]), "ci_low": plain_cell(row["ci_low"]),
+             "ci_high": plain_cell(row["ci_high"]), "ci_source": row["ci_source"] or "none",
+             "precision_reached": plain_cell(row["precision_reached"]), "tied_with_best": plain_cell(row["tied_with_best"]),
+             "tie_rule": row["tie_rule"] or None} for _, row in frame.iterrows()]
+
+
+def _confidence_of(confidence: list[dict], number: int) -> dict:
+    """One ranked trial's CI, and for #1 the trials tied with it (and by which rule)."""
+    row = next((r for r in confidence if r["trial"] == number), None)
+    if row is None:
+        return {"value": None, "ci_low": None, "ci_high": None, "ci_source": "none", "tied_with": [], "tie_rule": None}
+    tied = [r for r in confidence[1:] if r["tied_with_best"]] if confidence[0]["trial"] == number else []
+    return {"value": row["value"], "ci_low": row["ci_low"], "ci_high": row["ci_high"], "ci_source": row["ci_source"],
+            "tied_with": [r["trial"] for r in tied], "tie_rule": tied[0]["tie_rule"] if tied else None}
+
+
+def format_ci(low: float | None, high: float | None, source: str) -> str:
+    """'95% CI 1230.00-1250.00 (validation)', or that it is unknown."""
+    return "95% CI unknown" if low is None or high is None else f"95% CI {low:.2f}-{high:.2f} ({source})"
+
+
 def build_best_record(study: optuna.Study) -> dict | None:
-    """`best --json`: the winner with its 95% CI once `validate` re-ran the finalists (their means
-    rank; configs whose intervals overlap the winner's are `tied_with` it), else the best single
-    measurement with no CI. None when nothing is feasible."""
+    """`best --json`: the ranked #1 with its 95% CI (once `validate` re-ran the finalists, their
+    means rank and give the CI; else the level's own CI where the measurement recorded one, else
+    none) and the trials statistically tied with it. None when nothing is feasible."""
     best = best_trial(study)
     if best is None:
         return None
-    rows = [r for r in (study.user_attrs.get("validation") or {}).get("rows", []) if r.get("mean") is not None]
-    if not rows or (study.user_attrs.get("validation") or {}).get("mode") == "pareto":
+    confidence = [] if is_pareto_study(study) else ranked_confidence(study)
+    if not confidence:  # the Pareto mode: the front's best throughput, no tie (the front trades)
         return {"trial": best.number, "params": best.params, "value": best.values[0], "ci_low": None,
                 "ci_high": None, "validated": False, "tied_with": []}
-    by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
-    interval = {int(r["config"].split()[-1]): (r["mean"] - (r["ci95"] or 0), r["mean"] + (r["ci95"] or 0)) for r in rows}
-    winner = int(rows[0]["config"].split()[-1])
-    low, high = interval[winner]
-    return {"trial": winner, "params": by_number[winner].params, "value": rows[0]["mean"], "ci_low": low,
-            "ci_high": high, "validated": True,
-            "tied_with": [n for n, (lo, hi) in interval.items() if n != winner and lo <= high and hi >= low]}
+    first = confidence[0]
+    of = _confidence_of(confidence, first["trial"])
+    return {"trial": first["trial"], "params": trial_by_number(study, first["trial"]).params,
+            "value": first["value"], "ci_low": of["ci_low"], "ci_high": of["ci_high"],
+            "validated": first["ci_source"] == "validation", "tied_with": of["tied_with"]}

@@ -28,6 +28,7 @@ def format_leaderboard_table(study: optuna.Study, top: int, level: int | None = 
     table.add_column("rank", justify="right")
     table.add_column("result")
     table.add_column(spec.name, justify="right")
+    table.add_column("95% CI", justify="right")
     for c in levels:
         table.add_column(f"C={c}\ntok/s", justify="right")
     table.add_column("config", overflow="fold", ratio=1)
@@ -35,8 +36,17 @@ def format_leaderboard_table(study: optuna.Study, top: int, level: int | None = 
     for _, row in frame.head(top).iterrows():
         config = " ".join(f"{p}={row[f'param_{p}']}" for p in params if row[f"param_{p}"] != "")
         table.add_row(str(row["trial"]), _fmt(row["rank"]), format_result(row), _fmt(row["rank_value"]),
-                      *[_fmt(row[f"c{c}_output_tok_s"]) for c in levels], config)
+                      format_ci_cell(row), *[_fmt(row[f"c{c}_output_tok_s"]) for c in levels], config)
     return table
+
+
+def format_ci_cell(row) -> str:
+    """'low-high', '?' for a ranked value whose CI is unknown, '-' when the row does not rank."""
+    if pd.isna(row["rank"]):
+        return "-"
+    if pd.isna(row["ci_low"]) or pd.isna(row["ci_high"]):
+        return "[yellow]?[/]"
+    return f"{row['ci_low']:.2f}-{row['ci_high']:.2f}"
 
 
 def _front_table(study: optuna.Study, frame: pd.DataFrame, top: int) -> Table:
@@ -67,8 +77,18 @@ def format_result(row) -> str:
     if row["feasible"] and pd.isna(row["rank"]):
         return f"[yellow]invalid at C={row['rank_level']}[/]"
     if row["feasible"]:
-        return "[green]ok[/]"
+        marks = ["[green]ok[/]"]
+        if _flag(row.get("tied_with_best")) is True and row["rank"] != 1:
+            marks.append("[cyan]tied with #1[/]")
+        if _flag(row.get("precision_reached")) is False:
+            marks.append("[yellow]imprecise[/]")
+        return ", ".join(marks)
     return f"[red]{row['failure_kind'] or row['state'].lower()}[/]"
+
+
+def _flag(value) -> bool | None:
+    """A boolean cell that may be missing (None, NA) as True, False or None."""
+    return None if value is None or pd.isna(value) else bool(value)
 
 
 def _fmt(value) -> str:

@@ -10,6 +10,7 @@
 - pareto.py    dominance and the front (pure)
 - resume.py    a study remembers its space; resuming under an edited one is refused
 - ablation.py  one lever at a time from a baseline, and finalist re-validation (pure)
+- confidence.py a trial's 95% CI, ties with #1 (Welch, else overlap), repeats to detect a change (pure)
 - stored.py    the one reader of what a study stored: its space, reference output, rejections, objective
 - reference.py how the reference outputs are chosen (a file, a seed, two agreeing configs)
 - doctor.py    `sweeper doctor`: every check a sweep of a space on a host needs, without a launch

@@ -15,18 +15,11 @@ from typing import Any, Sequence
 
 import optuna
 
+from sweeper.errors import UserError
 from sweeper.spec.space import Space
 from sweeper.search.trials import ranked_trials
 from sweeper.search.configs import config_key, is_active, parameter_values
-
-ALPHA = 0.05  # the false discovery rate across an ablation's levers; 95% intervals elsewhere
-
-
-def t95(df: float) -> float:
-    """The two-sided 95% Student t quantile (inf below one degree of freedom)."""
-    from scipy import stats  # here: importing scipy.stats costs every command ~1 s of start-up
-
-    return math.inf if df < 1 else float(stats.t.ppf(0.975, df))
+from sweeper.search.confidence import ALPHA, t95  # ALPHA: also the false discovery rate across levers
 
 
 def sampled_config(space: Space, values: dict[str, Any]) -> dict[str, Any]:
@@ -174,3 +167,29 @@ def summarize_pareto_finalists(runs: Sequence[tuple[str, list[float] | None]]) -
     for row in rows:
         row["on_front"] = row["config"] in front
     return sorted(rows, key=lambda r: (not r["on_front"], r["mean"] is None, -(r["mean"] or 0)))
+
+
+DETECT = 0.05  # ablate's default repeats detect a change this large (relative)
+
+
+def repeats_for_noise(pilot: Sequence[float | None]) -> dict:
+    """The runs per config that detect a DETECT change at the noise (CV) of the baseline's first
+    runs (two-sided t test at ALPHA, power POWER), with the sentence that says so. Raises when
+    fewer than two of them succeeded."""
+    from sweeper.loadgen.metrics import coefficient_of_variation
+    from sweeper.search.confidence import MAX_REPEATS, POWER, repeats_to_detect, ttest_power
+
+    ok = [v for v in pilot if v is not None]
+    if len(ok) < 2:
+        raise UserError(f"--baseline: {len(pilot) - len(ok)} of {len(pilot)} first runs of the baseline failed, "
+                        "so its noise (and the repeats an ablation needs) is unknown; see the study's trials, "
+                        "or give --repeats")
+    cv = abs(coefficient_of_variation(ok))
+    n = repeats_to_detect(DETECT, cv)
+    capped = cv > 0 and ttest_power(DETECT / cv, n) < POWER
+    note = (f"repeats: {n}, chosen to detect a {DETECT:.0%} change at the measured {cv:.1%} noise "
+            f"(CV of {len(ok)} baseline runs; two-sided t test at alpha {ALPHA}, power {POWER})")
+    if capped:
+        note += f"; capped at {MAX_REPEATS}: a {DETECT:.0%} change needs more at this noise (give --repeats)"
+    return {"repeats": n, "cv": cv, "pilot_runs": len(ok), "detect": DETECT, "power": POWER, "alpha": ALPHA,
+            "capped": capped, "note": note}
