@@ -27,7 +27,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Coroutine, TypeVar
+from typing import Any, Callable, Coroutine, Iterable, Sized, TypeVar
 
 from sweeper.loadgen.endpoints import Api, RequestDialect, build_request_body, endpoint_url
 from sweeper.loadgen.http1 import BufferSink, HttpError, Pool, RequestTimeout, StaleConnection, Stalled
@@ -112,6 +112,8 @@ class LevelRun:
     end: float
     lag: LagStats
     ran: dict = field(default_factory=dict)  # run on the host: its python, version, client module
+    turnarounds_s: list[float] | None = None  # closed loop: a worker's gaps from a request's end to its next send
+    stopped_at: float | None = None  # closed loop with a stop condition: when it said stop
 
     @property
     def duration_s(self) -> float:
@@ -134,7 +136,7 @@ def _options(options: StreamOptions | None, timeout_s: float, extra_body: dict |
 async def run_closed_loop(
     base_url: str,
     model: str,
-    prompts: list[list[int]] | list[str],
+    prompts: Iterable[list[int]] | Iterable[str],
     output_len: int,
     concurrency: int,
     *,
@@ -142,30 +144,48 @@ async def run_closed_loop(
     extra_body: dict | None = None,
     session: Pool | None = None,
     options: StreamOptions | None = None,
+    until: Callable[[list[RequestSample], float, int], bool] | None = None,
 ) -> LevelRun:
-    """Send every prompt with exactly `concurrency` requests in flight until the prompts run out.
+    """Send every prompt with exactly `concurrency` requests in flight until the prompts run out
+    or `until(completed samples, wall start, requests sent)`, asked after each completion, says
+    stop (precision.PrecisionStop); the requests in flight then finish and `stopped_at` is when it
+    said so. `prompts` may be an endless iterator when `until` is given.
 
     A failed request becomes a sample with ok=False; nothing a server does makes this raise.
-    `options` (when given) replaces timeout_s and extra_body.
+    `options` (when given) replaces timeout_s and extra_body. Each gap between a request's end
+    and the next send of the same worker is the client's own turnaround (`turnarounds_s`).
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     opts = _options(options, timeout_s, extra_body)
     url = endpoint_url(base_url, opts.api)
-    samples: list[RequestSample | None] = [None] * len(prompts)
+    samples: list[tuple[int, RequestSample]] = []
+    done: list[RequestSample] = []  # in completion order, for `until`
+    turnarounds: list[float] = []
     queue = iter(enumerate(prompts))  # shared by the workers: each takes the next prompt when free
     stalled = False  # a stalled request means a hung server: send no more (the level is lost anyway)
+    stopped_at: float | None = None
+    sent = 0
 
     async def worker(client: Pool) -> None:
-        nonlocal stalled
+        nonlocal stalled, stopped_at, sent
+        last_end = None
         for index, prompt in queue:
-            if stalled:
+            if stalled or stopped_at is not None:
                 return
-            samples[index] = await _send_streaming(client, url, model, prompt, output_len, opts)
-            stalled = stalled or is_stalled(samples[index])
+            sent += 1
+            sample = await _send_streaming(client, url, model, prompt, output_len, opts)
+            samples.append((index, sample))
+            done.append(sample)
+            if last_end is not None:
+                turnarounds.append(max(sample.start - last_end, 0.0))
+            last_end = sample.end
+            stalled = stalled or is_stalled(sample)
+            if until is not None and stopped_at is None and until(done, wall_start, sent):
+                stopped_at = time.perf_counter()
 
     client = session or Pool()
-    workers = min(concurrency, len(prompts))
+    workers = min(concurrency, len(prompts)) if isinstance(prompts, Sized) else concurrency
     try:
         if client.keep_alive:
             try:  # the level's clock starts with its connections open, as a long-lived client's are
@@ -179,7 +199,8 @@ async def run_closed_loop(
     finally:
         if session is None:
             client.close()
-    return LevelRun([s for s in samples if s is not None], wall_start, wall_end, lag.stats())
+    return LevelRun([s for _, s in sorted(samples, key=lambda pair: pair[0])], wall_start, wall_end, lag.stats(),
+                    turnarounds_s=turnarounds, stopped_at=stopped_at)
 
 
 async def run_open_loop(
@@ -256,6 +277,7 @@ def run_level(
     timeout_s: float = 300.0,
     extra_body: dict | None = None,
     options: StreamOptions | None = None,
+    until: Callable[[list[RequestSample], float, int], bool] | None = None,
 ) -> LevelRun:
     """Blocking run_closed_loop for callers without an event loop (it makes its own session)."""
     return run_measured(
@@ -268,6 +290,7 @@ def run_level(
             timeout_s=timeout_s,
             extra_body=extra_body,
             options=options,
+            until=until,
         )
     )
 

@@ -1,12 +1,15 @@
 """The level loop, once: for each concurrency level a warmup (not measured), then `repeats`
 measured runs with fresh prompts (no prefix-cache hits), the median repeat kept with the repeats'
-CV. The sweep (trial/ladder.py) and `sweeper load` (a server already up; launches nothing) both run
+CV. With a `precision`, each closed-loop run has no warm-up run and no fixed size: it sends until
+its steady-state CI is narrow enough or a cap is hit (precision.py). The sweep (trial/ladder.py) and `sweeper load` (a server already up; launches nothing) both run
 it; what differs between them (sample files, the watchdog, judging a level) comes in as hooks.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -15,12 +18,14 @@ from sweeper.errors import UserError
 from sweeper.loadgen.client import LevelRun, StreamOptions, get, run_closed_loop, run_measured, run_open_loop
 from sweeper.loadgen.endpoints import APIS, Api
 from sweeper.loadgen.metrics import MAX_CLIENT_LAG_P99_MS, combine_repeats, spoiled_by_client, summarize_level
+from sweeper.loadgen.pinning import client_apart
+from sweeper.loadgen.precision import PrecisionStop, estimate_of_run
 from sweeper.loadgen.vocab import DEFAULT_VOCAB_SIZE
 from sweeper.loadgen.workload import arrival_offsets_s, build_prompt_texts, build_prompt_token_ids
 from sweeper.outcomes import LevelMetrics
-from sweeper.spec.space import Workload
+from sweeper.spec.space import DEFAULT_MAX_SECONDS, Workload
 
-HARNESS_RETRIES = 2  # measurements again of a run the client's own lag spoiled (then it counts)
+HARNESS_RETRIES = 2  # measurements again of a run the client's own lag or turnaround spoiled (then it counts)
 
 # What `sweeper load --json` writes per level, in this order: bench_serving's names.
 RECORD_KEYS = (
@@ -32,6 +37,7 @@ RECORD_KEYS = (
       for stat in ("mean", "median", "std", "p90", "p95", "p99")),
     "concurrency", "client_lag_p99_ms", "repeats", "cv_output_throughput", "unstable",
     "tokens_per_chunk", "coarse_stream",
+    "output_throughput_ci_low", "output_throughput_ci_high", "batches", "precision_reached", "warmup_dropped_s",
     "valid", "invalid_reason",
 )
 
@@ -56,6 +62,9 @@ class LoadPlan:
     vocab_size: int | None = None  # token-id prompts stay below it (loadgen/vocab.py); None: 32000
     text_prompts: bool = False  # text even for completions (a server that takes no token ids)
     options: StreamOptions = field(default_factory=StreamOptions)
+    precision: float | None = None  # relative CI half-width a closed-loop run sends until
+    max_seconds: float | None = None  # its caps (modelled s; DEFAULT_MAX_SECONDS when both unset)
+    max_requests: int | None = None
 
     @classmethod
     def from_workload(cls, workload: Workload, options: StreamOptions, time_scale: float = 1.0,
@@ -66,10 +75,23 @@ class LoadPlan:
                    min_rounds=workload.min_rounds, warmup_rounds=workload.warmup_rounds,
                    repeats=workload.repeats, seed=workload.seed, slo_ttft_ms=workload.slo_ttft_ms,
                    slo_tpot_ms=workload.slo_tpot_ms, max_client_lag_ms=workload.max_client_lag_ms,
-                   time_scale=time_scale, text_prompts=text_prompts, vocab_size=vocab_size, options=options)
+                   time_scale=time_scale, text_prompts=text_prompts, vocab_size=vocab_size, options=options,
+                   precision=workload.precision, max_seconds=workload.max_seconds,
+                   max_requests=workload.max_requests)
 
     def requests_at(self, concurrency: int) -> int:
         return max(self.requests_per_level, self.min_rounds * concurrency)
+
+    @property
+    def precise(self) -> bool:
+        """Runs driven by precision: closed loop with a precision (an open loop's pace is its rate)."""
+        return self.precision is not None and self.request_rate is None
+
+    def stop_rule(self, concurrency: int) -> PrecisionStop:
+        max_seconds = self.max_seconds
+        if max_seconds is None and self.max_requests is None:
+            max_seconds = DEFAULT_MAX_SECONDS
+        return PrecisionStop(self.precision, concurrency, max_seconds, self.max_requests, self.time_scale)
 
 
 @dataclass(frozen=True)
@@ -102,8 +124,15 @@ class LadderHooks:
     def level_done(self, concurrency: int, metrics: LevelMetrics) -> Stop | None:
         return None
 
+    def server_pgid(self) -> int | None:
+        """The server's process group where it runs on this machine (pinned apart from the
+        client on a harness retry), else None."""
+        return None
 
-Send = Callable[[list, int], LevelRun]  # (prompts, concurrency) -> the run
+
+# (prompts, concurrency, until) -> the run; `until` (precision.PrecisionStop or None) ends a
+# closed loop early, and the prompts are then an iterator as long as the cap (endless without one)
+Send = Callable[[Any, int, Any], LevelRun]
 
 
 def run_ladder(plan: LoadPlan, send: Send, hooks: LadderHooks = LadderHooks()
@@ -112,8 +141,10 @@ def run_ladder(plan: LoadPlan, send: Send, hooks: LadderHooks = LadderHooks()
     the ladder or None)."""
     levels: dict[int, LevelMetrics] = {}
     for concurrency in plan.concurrency:
-        warmup = build_prompts(plan, plan.warmup_rounds * concurrency, plan.seed + 10_000 + concurrency)
-        if warmup and (stop := hooks.warmup_done(concurrency, send(warmup, concurrency))):
+        # a precise run finds and drops its own warm-up (MSER-5): no warm-up run
+        warmup = [] if plan.precise else build_prompts(plan, plan.warmup_rounds * concurrency,
+                                                       plan.seed + 10_000 + concurrency)
+        if warmup and (stop := hooks.warmup_done(concurrency, send(warmup, concurrency, None))):
             return levels, stop.verdict
         summaries, stop = [], None
         for repeat in range(plan.repeats):
@@ -133,30 +164,76 @@ def run_ladder(plan: LoadPlan, send: Send, hooks: LadderHooks = LadderHooks()
 
 def measured_run(plan: LoadPlan, send: Send, hooks: LadderHooks, concurrency: int, repeat: int,
                  ) -> tuple[LevelMetrics | None, Stop | None]:
-    """One measured run's metrics (and the hook's stop, if any). A run spoiled by the client's own
-    lag alone is measured again with fresh prompts, up to HARNESS_RETRIES times: the harness's
-    trouble must not make a config infeasible (`harness_retries` says how often it happened)."""
+    """One measured run's metrics (and the hook's stop, if any). A run spoiled by the harness
+    alone (the client's lag or turnaround, metrics.spoiled_by_client) is an infrastructure fault:
+    measured again with fresh prompts and the client on a core apart from the server where the
+    host allows (pinning.py), up to HARNESS_RETRIES times (`harness_retries` says how often; after
+    that it counts as measured, and the reasons stay on the level)."""
+    pinned = ""
     for attempt in range(HARNESS_RETRIES + 1):
         seed = plan.seed + concurrency + 100_000 * repeat + 1_000_000 * attempt
-        run = send(build_prompts(plan, plan.requests_at(concurrency), seed), concurrency)
+        with client_apart(hooks.server_pgid()) if attempt else nullcontext("") as pinned:
+            until = plan.stop_rule(concurrency) if plan.precise else None
+            run = send(_run_prompts(plan, concurrency, seed), concurrency, until)
         stop = hooks.run_done(concurrency, repeat, run)
         if stop and not stop.keep_level:
             return None, stop
-        summary = summarize_run(plan, concurrency, run)
+        summary = summarize_run(plan, concurrency, run, until)
         if notes := hooks.run_notes(concurrency):
             summary["invalid_reasons"], summary["valid"] = [*summary["invalid_reasons"], *notes], False
         if stop or not spoiled_by_client(summary):
             break
     summary["harness_retries"] = attempt
+    summary["client_pinned"] = pinned or None
     return summary, stop
 
 
-def summarize_run(plan: LoadPlan, concurrency: int, run: LevelRun) -> LevelMetrics:
-    """One measured run's metrics; an open-loop run has no target concurrency."""
-    return summarize_level(run.samples, concurrency if plan.request_rate is None else None, run.duration_s,
-                           time_scale=plan.time_scale, requested_output_len=plan.output_len, lag=run.lag,
-                           slo_ttft_ms=plan.slo_ttft_ms, slo_tpot_ms=plan.slo_tpot_ms,
-                           max_client_lag_ms=plan.max_client_lag_ms)
+def _run_prompts(plan: LoadPlan, concurrency: int, seed: int):
+    """A fixed run's prompts, or a precise run's: fresh ones made a few rounds at a time (each
+    batch its own seed), as many as max_requests or endless."""
+    if not plan.precise:
+        return build_prompts(plan, plan.requests_at(concurrency), seed)
+    chunk = 4 * concurrency
+    stream = itertools.chain.from_iterable(build_prompts(plan, chunk, seed + 7919 * i) for i in itertools.count())
+    return stream if plan.max_requests is None else itertools.islice(stream, plan.max_requests)
+
+
+def summarize_run(plan: LoadPlan, concurrency: int, run: LevelRun, until: PrecisionStop | None = None
+                  ) -> LevelMetrics:
+    """One measured run's metrics; an open-loop run has no target concurrency. A precise run's
+    output_throughput is its steady-state batch-means value, with the CI keys beside it."""
+    summary = summarize_level(run.samples, concurrency if plan.request_rate is None else None, run.duration_s,
+                              time_scale=plan.time_scale, requested_output_len=plan.output_len, lag=run.lag,
+                              slo_ttft_ms=plan.slo_ttft_ms, slo_tpot_ms=plan.slo_tpot_ms,
+                              max_client_lag_ms=plan.max_client_lag_ms, turnarounds_s=run.turnarounds_s,
+                              first_round_check=not plan.precise)
+    if until is not None:
+        summary.update(precision_fields(plan, run, until))
+    return summary
+
+
+def precision_fields(plan: LoadPlan, run: LevelRun, until: PrecisionStop) -> dict[str, Any]:
+    """The keys of a precise run (agreed with the CI-aware leaderboard: keep the names)."""
+    stopped = run.stopped_at if run.stopped_at is not None else run.end
+    estimate = estimate_of_run(run.samples, run.start, stopped, plan.time_scale)
+    reached = estimate.precise(plan.precision or 0.0)
+    fields: dict[str, Any] = {
+        "output_throughput_ci_low": estimate.ci_low,
+        "output_throughput_ci_high": estimate.ci_high,
+        "batches": estimate.batches,
+        "precision_reached": reached,
+        "precision": plan.precision,
+        "precision_half_width": estimate.relative_half_width,
+        "warmup_dropped_s": estimate.warmup_dropped_s,
+        "stopped_by": until.reason or "prompts",
+    }
+    if estimate.batches:
+        fields["output_throughput"] = estimate.value
+    if not reached:
+        fields["precision_note"] = (
+            f"imprecise: 95% CI half-width {estimate.relative_half_width:.1%} over {estimate.batches} batches, "
+            f"not within {plan.precision:.1%} (stopped by {until.reason or 'prompts'})")
+    return fields
 
 
 def discover_model(base_url: str, timeout_s: float = 10.0) -> str:
@@ -198,10 +275,10 @@ def build_prompts(plan: LoadPlan, n: int, seed: int) -> list[list[int]] | list[s
 
 def closed_or_open_loop(base_url: str, model: str, plan: LoadPlan) -> Send:
     """`sweeper load`'s sender: closed loop at C, or open loop at the plan's rate capped at C."""
-    def send(prompts: list, concurrency: int) -> LevelRun:
+    def send(prompts, concurrency: int, until=None) -> LevelRun:
         if plan.request_rate is None:
             return run_measured(run_closed_loop(base_url, model, prompts, plan.output_len, concurrency,
-                                               options=plan.options))
+                                               options=plan.options, until=until))
         offsets = arrival_offsets_s(len(prompts), plan.request_rate, poisson=plan.poisson, seed=plan.seed)
         return run_measured(run_open_loop(base_url, model, prompts, plan.output_len, offsets,
                                          max_concurrency=concurrency, options=plan.options))

@@ -125,6 +125,9 @@ class Seed(Strict):
     params: dict[str, Scalar]
 
 
+# A precision-driven level's time cap when the workload gives none (modelled seconds).
+DEFAULT_MAX_SECONDS = 60.0
+
 # The client-lag validity bar's one default (loadgen/metrics.py reads it): a level whose client
 # event loop lagged more (p99) measured the client, not the server.
 MAX_CLIENT_LAG_P99_MS = 5.0
@@ -151,6 +154,13 @@ class Workload(Strict):
     stall_timeout_s: float | None = Field(None, gt=0, description="no byte this long: a hang (default: launch's)")
     max_client_lag_ms: float = Field(MAX_CLIENT_LAG_P99_MS, gt=0, description="client event-loop p99 lag above this: "
                                      "the level is invalid (raise it on a shared, busy controller)")
+    # precision-driven levels (loadgen/precision.py; README "Precision-driven levels"): unset, a
+    # level is warmup_rounds + repeats runs of a fixed size, as before
+    precision: float | None = Field(None, gt=0, lt=1, description=(
+        "send until the 95% CI of output tok/s is within this relative half-width (e.g. 0.02)"))
+    max_seconds: float | None = Field(None, gt=0, description=(
+        "with precision: a level's cap in seconds (default DEFAULT_MAX_SECONDS)"))
+    max_requests: int | None = Field(None, ge=1, description="with precision: a level's cap in requests")
 
     @field_validator("concurrency")
     @classmethod
@@ -158,6 +168,14 @@ class Workload(Strict):
         if any(c < 1 for c in levels) or levels != sorted(set(levels)):
             raise ValueError("concurrency levels must be positive, increasing and unique")
         return levels
+
+    @model_validator(mode="after")
+    def _caps_need_precision(self):
+        if self.precision is None and (self.max_seconds is not None or self.max_requests is not None):
+            raise ValueError("max_seconds and max_requests cap a precision-driven level: set 'precision' too")
+        if self.precision is not None and self.load == "native":
+            raise ValueError("'precision' needs sweeper's own load client (load: sweeper)")
+        return self
 
 
 class Objective(Strict):

@@ -70,13 +70,15 @@ def stall_watch(host: Host, proc: ServerProcess, stall_lines: Sequence[str]) -> 
 
 def measure_levels(plan: LoadPlan, place: LoadPlace, trial_dir: Path,
                    on_level: Callable[[int, dict], Failure | None], still_alive: Callable[[], bool],
-                   new_stall: Callable[[], str | None] = lambda: None,
+                   new_stall: Callable[[], str | None] = lambda: None, server_pgid: int | None = None,
                    ) -> tuple[dict[int, LevelMetrics], Failure | None]:
-    """The trial's ladder: (levels measured, the failure that ended it early or None)."""
-    def send(prompts: list, concurrency: int) -> LevelRun:
-        return place.run(prompts, plan.output_len, concurrency, plan.options)
+    """The trial's ladder: (levels measured, the failure that ended it early or None).
+    server_pgid: the server's process group when it runs on this machine (pinning.py)."""
+    def send(prompts, concurrency: int, until=None) -> LevelRun:
+        return place.run(prompts, plan.output_len, concurrency, plan.options, until)
 
-    return run_ladder(plan, send, TrialLadderHooks(trial_dir, place.where, on_level, still_alive, new_stall))
+    hooks = TrialLadderHooks(trial_dir, place.where, on_level, still_alive, new_stall, server_pgid)
+    return run_ladder(plan, send, hooks)
 
 
 def measure_native_levels(concurrency: Sequence[int], native_level: Callable[[int], dict],
@@ -99,10 +101,15 @@ class TrialLadderHooks(LadderHooks):
     per level."""
 
     def __init__(self, trial_dir: Path, where: str, on_level: Callable[[int, dict], Failure | None],
-                 still_alive: Callable[[], bool], new_stall: Callable[[], str | None] = lambda: None) -> None:
+                 still_alive: Callable[[], bool], new_stall: Callable[[], str | None] = lambda: None,
+                 server_pgid: int | None = None) -> None:
         self.samples_dir = trial_dir / "samples"
         self.samples_dir.mkdir(parents=True, exist_ok=True)
         self.where, self.on_level, self.still_alive, self.new_stall = where, on_level, still_alive, new_stall
+        self._server_pgid = server_pgid
+
+    def server_pgid(self) -> int | None:
+        return self._server_pgid if self.where == "controller" else None
 
     def run_notes(self, concurrency: int) -> list[str]:
         stall = self.new_stall()

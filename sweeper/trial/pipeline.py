@@ -98,7 +98,8 @@ def _check_and_measure(ctx: TrialContext, outcome: TrialOutcome, server: Launche
                                     server.stall_timeout_s, served_vocab_size(ctx.host, space.model))
             outcome.levels, outcome.failure = measure_levels(
                 plan, place, ctx.trial_dir, ctx.on_level, server.still_alive,
-                stall_watch(ctx.host, server.proc, ctx.engine.info.stall_lines))
+                stall_watch(ctx.host, server.proc, ctx.engine.info.stall_lines),
+                server.proc.pgid if ctx.host_spec.transport == "local" else None)
     for goal_level in sorted({goal.level for goal in space.goals}):  # one level, or the Pareto pair's
         measured = outcome.levels.get(goal_level)
         if outcome.failure is None and measured is not None and not measured.get("valid"):

@@ -16,7 +16,7 @@ def sample(start: float, tokens: int = 8) -> RequestSample:
 def sender(lags: list[float], tokens: int = 8):
     sent = []
 
-    def send(prompts, concurrency):
+    def send(prompts, concurrency, until=None):
         sent.append(prompts)
         lag = lags[min(len(sent) - 1, len(lags) - 1)]
         samples = [sample(0.031 * (i // concurrency), tokens) for i in range(len(prompts))]
