@@ -144,12 +144,14 @@ async def run_closed_loop(
     extra_body: dict | None = None,
     session: Pool | None = None,
     options: StreamOptions | None = None,
-    until: Callable[[list[RequestSample], float, int], bool] | None = None,
+    until: Callable[[list[RequestSample], float, int, float], bool] | None = None,
 ) -> LevelRun:
     """Send every prompt with exactly `concurrency` requests in flight until the prompts run out
-    or `until(completed samples, wall start, requests sent)`, asked after each completion, says
-    stop (precision.PrecisionStop); the requests in flight then finish and `stopped_at` is when it
-    said so. `prompts` may be an endless iterator when `until` is given.
+    or `until(completed samples, wall start, requests sent, settled)`, asked after each
+    completion, says stop (precision.PrecisionStop); `settled` is the earliest send of a request
+    still in flight: every token streamed before it is in the completed samples. The requests in
+    flight then finish, and `stopped_at` is when it said stop. `prompts` may be an endless
+    iterator when `until` is given.
 
     A failed request becomes a sample with ok=False; nothing a server does makes this raise.
     `options` (when given) replaces timeout_s and extra_body. Each gap between a request's end
@@ -166,22 +168,26 @@ async def run_closed_loop(
     stalled = False  # a stalled request means a hung server: send no more (the level is lost anyway)
     stopped_at: float | None = None
     sent = 0
+    in_flight: dict[int, float] = {}  # worker -> when it took its prompt
 
-    async def worker(client: Pool) -> None:
+    async def worker(client: Pool, number: int) -> None:
         nonlocal stalled, stopped_at, sent
         last_end = None
         for index, prompt in queue:
             if stalled or stopped_at is not None:
                 return
             sent += 1
+            in_flight[number] = time.perf_counter()
             sample = await _send_streaming(client, url, model, prompt, output_len, opts)
+            del in_flight[number]
             samples.append((index, sample))
             done.append(sample)
             if last_end is not None:
                 turnarounds.append(max(sample.start - last_end, 0.0))
             last_end = sample.end
             stalled = stalled or is_stalled(sample)
-            if until is not None and stopped_at is None and until(done, wall_start, sent):
+            if until is not None and stopped_at is None and \
+                    until(done, wall_start, sent, min(in_flight.values(), default=time.perf_counter())):
                 stopped_at = time.perf_counter()
 
     client = session or Pool()
@@ -194,7 +200,7 @@ async def run_closed_loop(
                 pass  # each request meets the same failure on its own, as a failed sample
         async with LoopLagMonitor() as lag:
             wall_start = time.perf_counter()
-            await asyncio.gather(*(worker(client) for _ in range(workers)))
+            await asyncio.gather(*(worker(client, number) for number in range(workers)))
             wall_end = time.perf_counter()
     finally:
         if session is None:
@@ -277,7 +283,7 @@ def run_level(
     timeout_s: float = 300.0,
     extra_body: dict | None = None,
     options: StreamOptions | None = None,
-    until: Callable[[list[RequestSample], float, int], bool] | None = None,
+    until: Callable[[list[RequestSample], float, int, float], bool] | None = None,
 ) -> LevelRun:
     """Blocking run_closed_loop for callers without an event loop (it makes its own session)."""
     return run_measured(

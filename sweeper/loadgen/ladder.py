@@ -214,8 +214,12 @@ def summarize_run(plan: LoadPlan, concurrency: int, run: LevelRun, until: Precis
 
 def precision_fields(plan: LoadPlan, run: LevelRun, until: PrecisionStop) -> dict[str, Any]:
     """The keys of a precise run (agreed with the CI-aware leaderboard: keep the names)."""
-    stopped = run.stopped_at if run.stopped_at is not None else run.end
-    estimate = estimate_of_run(run.samples, run.start, stopped, plan.time_scale)
+    # stopped for precision: the estimate it judged (the data after it, to the stop, changes the
+    # truncation and batches a little and could tip a borderline level either way)
+    estimate = until.estimate if until.reason == "precision" and until.estimate else None
+    if estimate is None:
+        stopped = run.stopped_at if run.stopped_at is not None else run.end
+        estimate = estimate_of_run(run.samples, run.start, stopped, plan.time_scale)
     reached = estimate.precise(plan.precision or 0.0)
     fields: dict[str, Any] = {
         "output_throughput_ci_low": estimate.ci_low,
