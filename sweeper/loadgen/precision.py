@@ -13,8 +13,9 @@ Method (README "Precision-driven levels"):
   sum((z_j - mean)^2 over the rest) / (rest)^2 is dropped, searched over d <= half the batches.
   It drops the slow first batches (a JIT compile, a graph capture, a cold cache) without a fixed
   warm-up count, and keeps everything when nothing was slow.
-- Batch means: the steady MSER batches are regrouped into B = min(MAX_BATCHES, n) equal,
-  non-overlapping batches (a short remainder at the start is dropped too); their means are close
+- Batch means: the n steady MSER batches are regrouped into B = n // ceil(n / MAX_BATCHES) equal,
+  non-overlapping batches (all n up to 30, then 15-30; a remainder shorter than one batch at the
+  start is dropped too); their means are close
   to independent when each spans at least a round, which is what makes the CI valid for an
   autocorrelated closed loop where per-request numbers are not. CI: mean +- t(0.975, B-1) s/sqrt(B)
   (scipy.stats.t). At least MIN_BATCHES batches are needed before a level can be called precise.
@@ -109,9 +110,9 @@ def steady_estimate(times: Sequence[float], tokens: Sequence[float], latencies: 
     mser = windows[: groups * MSER_BATCH].reshape(groups, MSER_BATCH).sum(axis=1)
     dropped = mser_truncation(mser)
     steady = mser[dropped:]
-    count = min(MAX_BATCHES, steady.size)
-    size = steady.size // count
-    skip = steady.size - count * size  # the remainder goes with the warm-up: the end is steadier
+    size = -(-steady.size // MAX_BATCHES)  # ceil: at most MAX_BATCHES batches, whole MSER batches each
+    count = steady.size // size
+    skip = steady.size - count * size  # the remainder (< one batch) goes with the warm-up
     batches = steady[skip:].reshape(count, size).sum(axis=1) / (size * MSER_BATCH * width / time_scale)
     mean, low, high = batch_means_ci(batches)
     warmup_s = (dropped + skip) * MSER_BATCH * width / time_scale
