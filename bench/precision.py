@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -90,6 +91,10 @@ def measure(url: str, plan: LoadPlan, concurrency: int, repeats: int) -> list[di
         started = time.perf_counter()
         level = measure_level(url, model, replace(plan, seed=plan.seed + 1000 * i), concurrency)
         rows.append({**level, "wall_s": time.perf_counter() - started})
+        print(f"  precision {plan.precision}: {level['output_throughput']:.1f} tok/s "
+              f"[{level.get('output_throughput_ci_low')}, {level.get('output_throughput_ci_high')}] "
+              f"{level['completed']} requests, {rows[-1]['wall_s']:.1f} s, valid {level['valid']}, "
+              f"retries {level.get('harness_retries')}, stopped by {level.get('stopped_by')}", file=sys.stderr)
     return rows
 
 
@@ -144,6 +149,7 @@ def main() -> None:
     parser.add_argument("--sim-wall", action="store_true", default=True,
                         help="--max-seconds is wall time on the sim too (the default)")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `timeout` still stops the server we started
     precisions = [float(p) for p in args.precisions.split(",")]
     print(machine_note())
     for engine in (["sim", "llamacpp"] if args.engine == "both" else [args.engine]):

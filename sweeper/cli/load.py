@@ -37,6 +37,13 @@ def load(
     stall_timeout: Optional[float] = typer.Option(None, "--stall-timeout", help="No byte for this long: the request stalled."),
     time_scale: float = typer.Option(1.0, "--time-scale", help="The simulator's wall/modelled clock ratio."),
     seed: int = typer.Option(0, "--seed"),
+    precision: Optional[float] = typer.Option(None, "--precision", min=0.0, max=1.0,
+                                              help="Send each level until its 95% CI of output tok/s is within this "
+                                                   "relative half-width (e.g. 0.02); no warm-up run then."),
+    max_seconds: Optional[float] = typer.Option(None, "--max-seconds", min=0.0,
+                                                help="With --precision: a level's cap in seconds (default 300)."),
+    max_requests: Optional[int] = typer.Option(None, "--max-requests", min=1,
+                                               help="With --precision: a level's cap in requests."),
 ) -> None:
     """Measure a running server with sweeper's client and metrics; launches nothing."""
     from sweeper.loadgen.client import StreamOptions
@@ -45,6 +52,8 @@ def load(
     from sweeper.loadgen.workload import tokenizer_from_file
 
     with user_errors():
+        if precision is None and (max_seconds is not None or max_requests is not None):
+            raise UserError("--max-seconds and --max-requests cap a precision-driven level: give --precision too")
         levels, api_name = parse_levels(concurrency), parse_api(api)
         model = model or _discovered_model(url)
         plan = LoadPlan(
@@ -52,6 +61,7 @@ def load(
             requests_per_level=requests_per_level, repeats=repeats, seed=seed,
             request_rate=request_rate or None, poisson=not fixed_rate,
             slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, time_scale=time_scale,
+            precision=precision or None, max_seconds=max_seconds, max_requests=max_requests,
             tokenizer=tokenizer_from_file(str(tokenizer)) if tokenizer else None,
             vocab_size=local_vocab_size(model),
             options=StreamOptions(api=api_name, timeout_s=timeout, stall_timeout_s=stall_timeout,
@@ -66,7 +76,10 @@ def load(
 
         def show_level(level: int, m: dict) -> None:
             table.add_row(*_load_row(level, m))
-            err.print(f"C={level}: {m['output_throughput']:.1f} output tok/s", highlight=False)
+            ci = (f" (95% CI {m['output_throughput_ci_low']:.1f}-{m['output_throughput_ci_high']:.1f}, "
+                  f"{m['batches']} batches{'' if m['precision_reached'] else ', imprecise'})"
+                  if "precision_reached" in m else "")
+            err.print(f"C={level}: {m['output_throughput']:.1f} output tok/s{ci}", highlight=False)
 
         results = run_load(url, model, plan, on_level=show_level)
         console.print(table)

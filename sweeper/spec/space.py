@@ -125,8 +125,9 @@ class Seed(Strict):
     params: dict[str, Scalar]
 
 
-# A precision-driven level's time cap when the workload gives none (modelled seconds).
-DEFAULT_MAX_SECONDS = 60.0
+# A precision-driven level's time cap when the workload gives none (modelled seconds): on the
+# simulator a 2% level took ~200 modelled s at C=8 (bench/README.md "Precision-driven levels").
+DEFAULT_MAX_SECONDS = 300.0
 
 # The client-lag validity bar's one default (loadgen/metrics.py reads it): a level whose client
 # event loop lagged more (p99) measured the client, not the server.

@@ -57,3 +57,29 @@ def test_without_precision_a_level_is_the_fixed_run_of_before(sim):
     url, model = sim
     level = measure_level(url, model, PLAN, 4)
     assert level["completed"] == PLAN.requests_at(4) and "precision_reached" not in level
+
+
+def test_sweeper_load_with_precision_writes_the_ci_keys(sim, tmp_path):
+    from typer.testing import CliRunner
+
+    from sweeper.cli import app
+
+    url, model = sim
+    out = tmp_path / "levels.json"
+    result = CliRunner().invoke(app, ["load", url, "--concurrency", "2", "--input-len", "16", "--output-len", "8",
+                                      "--time-scale", str(SCALE), "--precision", "0.5", "--max-requests", "200",
+                                      "--json", str(out)])
+    assert result.exit_code in (0, 3), result.output  # 3: a busy machine's client lag (not what this tests)
+    [record] = __import__("json").loads(out.read_text())
+    assert record["precision_reached"] is True and record["batches"] >= 10
+    assert record["output_throughput_ci_low"] <= record["output_throughput"] <= record["output_throughput_ci_high"]
+    assert "95% CI" in result.output
+
+
+def test_sweeper_load_refuses_a_cap_without_precision(sim):
+    from typer.testing import CliRunner
+
+    from sweeper.cli import app
+
+    result = CliRunner().invoke(app, ["load", sim[0], "--max-requests", "10"])
+    assert result.exit_code != 0 and "give --precision too" in result.output
