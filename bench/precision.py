@@ -53,13 +53,14 @@ def sim_server() -> Iterator[tuple[str, float]]:
 
 
 @contextmanager
-def llama_server() -> Iterator[tuple[str, float]]:
+def llama_server(model_path: str | None = None) -> Iterator[tuple[str, float]]:
     from sweeper.engines.llamacpp import llama_server_path
-    from sweeper.models.random_gguf import write_random_gguf
 
     with tempfile.TemporaryDirectory() as tmp:
-        model = Path(tmp) / "random-8x512.gguf"
-        write_random_gguf(model, layers=8, width=512, seed=0)
+        model = Path(model_path) if model_path else Path(tmp) / "random-8x512.gguf"
+        if not model_path:
+            from sweeper.models.random_gguf import write_random_gguf
+            write_random_gguf(model, layers=8, width=512, seed=0)
         port = free_port()
         argv = [llama_server_path(), "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
                 "-np", "16", "-c", "8192", "-t", "1", "--temp", "0"]
@@ -115,8 +116,8 @@ def describe(name: str, rows: list[dict], truth: float) -> str:
 
 
 def bench(engine: str, precisions: list[float], repeats: int, concurrency: int, max_seconds: float,
-          max_client_lag_ms: float) -> None:
-    server = sim_server() if engine == "sim" else llama_server()
+          max_client_lag_ms: float, model: str | None = None) -> None:
+    server = sim_server() if engine == "sim" else llama_server(model)
     base = LoadPlan(concurrency=(concurrency,), input_len=128, output_len=32, options=StreamOptions(),
                     text_prompts=engine == "llamacpp", max_client_lag_ms=max_client_lag_ms)
     with server as (url, scale):
@@ -146,6 +147,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--max-seconds", type=float, default=60.0, help="cap per level (modelled s on the sim)")
     parser.add_argument("--max-client-lag-ms", type=float, default=5.0, help="raise on a busy, shared machine")
+    parser.add_argument("--model", help="llama.cpp: this GGUF instead of a fresh 8 x 512 random-weight one")
     parser.add_argument("--sim-wall", action="store_true", default=True,
                         help="--max-seconds is wall time on the sim too (the default)")
     args = parser.parse_args()
@@ -154,7 +156,7 @@ def main() -> None:
     print(machine_note())
     for engine in (["sim", "llamacpp"] if args.engine == "both" else [args.engine]):
         max_seconds = args.max_seconds / (SIM_SCALE if engine == "sim" and args.sim_wall else 1.0)
-        bench(engine, precisions, args.repeats, args.concurrency, max_seconds, args.max_client_lag_ms)
+        bench(engine, precisions, args.repeats, args.concurrency, max_seconds, args.max_client_lag_ms, args.model)
 
 
 if __name__ == "__main__":
