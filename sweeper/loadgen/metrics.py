@@ -7,9 +7,11 @@ A level is invalid when: no request was sent; any request failed (HTTP error, er
 dropped connection, timeout, stall); the server sent no usage report (stream_options.include_usage)
 so the streamed count cannot be checked; the server's usage count disagrees with the tokens that
 streamed in; a request received fewer tokens than requested; the achieved concurrency is below
-MIN_CONCURRENCY_FRACTION of the target (closed loop only); or the client's own event loop lagged
-(p99 oversleep of its ticker above MAX_CLIENT_LAG_P99_MS: the client, not the server, was then
-adding latency). Repeats of a level (combine_repeats) are flagged `unstable`, not invalid, when
+MIN_CONCURRENCY_FRACTION of the target (closed loop only; named `client turnaround` when the
+client's own gaps between a request's end and its next send account for the shortfall); or the
+client's own event loop lagged (p99 oversleep of its ticker above MAX_CLIENT_LAG_P99_MS: the
+client, not the server, was then adding latency). The two client reasons are the harness's
+faults (spoiled_by_client): the level is measured again, never the config's failure. Repeats of a level (combine_repeats) are flagged `unstable`, not invalid, when
 the coefficient of variation of their output throughput exceeds UNSTABLE_CV.
 
 A level whose stream was coarse (more than COARSE_TOKENS_PER_CHUNK tokens per chunk on average,
