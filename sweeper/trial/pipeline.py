@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from sweeper.errors import InfraError
+from sweeper.loadgen.metrics import spoiled_by_client
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.loadgen.onhost import load_place
 from sweeper.outcomes import FailureKind
@@ -103,6 +104,11 @@ def _check_and_measure(ctx: TrialContext, outcome: TrialOutcome, server: Launche
     for goal_level in sorted({goal.level for goal in space.goals}):  # one level, or the Pareto pair's
         measured = outcome.levels.get(goal_level)
         if outcome.failure is None and measured is not None and not measured.get("valid"):
-            # An invalid measurement never scores: recorded with its reasons, never ranked.
             reasons = "; ".join(measured.get("invalid_reasons") or ["invalid"])
+            if spoiled_by_client(measured):
+                # still the harness's own fault after its retries: an infrastructure fault (the
+                # trial is queued again), never the config's
+                raise InfraError(f"the load client spoiled C={goal_level} (after {measured.get('harness_retries')} "
+                                 f"retries): {reasons}")
+            # An invalid measurement never scores: recorded with its reasons, never ranked.
             outcome.failure = Failure("load", "invalid_measurement", reasons)

@@ -10,6 +10,7 @@ import time
 import numpy as np
 from scipy import stats
 
+from sweeper.loadgen import precision
 from sweeper.loadgen.client import RequestSample
 from sweeper.loadgen.precision import (MIN_BATCHES, MSER_BATCH, WINDOWS_PER_ROUND, PrecisionStop, SteadyEstimate,
                                        batch_means_ci, mser_truncation, steady_estimate, window_series)
@@ -128,7 +129,8 @@ def test_stop_rule_caps():
     assert by_time([], now - 0.006, 1, now) and by_time.reason == "max_seconds"  # 0.6 modelled s
 
 
-def test_stop_rule_stops_once_precise():
+def test_stop_rule_stops_once_precise(monkeypatch):
+    monkeypatch.setattr(precision, "JUDGE_EVERY_S", 0.0)  # judged at every round here: no clock
     samples = closed_loop(rounds=40, concurrency=4, latency=0.01, tokens=20)
     rule = PrecisionStop(0.02, concurrency=4, max_seconds=None, max_requests=None)
     start = time.perf_counter()
@@ -141,3 +143,12 @@ def test_stop_rule_stops_once_precise():
             break
     assert stopped_after is not None and stopped_after < len(shifted) and rule.reason == "precision"
     assert rule.estimate is not None and rule.estimate.precise(0.02)
+
+
+def test_stop_rule_is_judged_at_most_every_judge_interval():
+    samples = closed_loop(rounds=40, concurrency=1, latency=0.001, tokens=5)
+    rule = PrecisionStop(1e-9, concurrency=1, max_seconds=None, max_requests=None)
+    start = time.perf_counter()
+    for n in range(1, 41):
+        rule(samples[:n], start, n, start)
+    assert rule._judged_at == 1  # 40 completions inside one interval: one judgement, not 40
