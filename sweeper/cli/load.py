@@ -57,6 +57,13 @@ def load(
                                                     "this fraction of the rate, 0.05)."),
     dataset: Optional[Path] = typer.Option(None, "--dataset", help="ShareGPT JSON or JSONL prompts, sent verbatim (seeded sample)."),
     dataset_format: Optional[str] = typer.Option(None, "--dataset-format", help="sharegpt or jsonl (default: from the content)."),
+    precision: Optional[float] = typer.Option(None, "--precision", min=0.0, max=1.0,
+                                              help="Send each level until its 95% CI of output tok/s is within this "
+                                                   "relative half-width (e.g. 0.02); no warm-up run then."),
+    max_seconds: Optional[float] = typer.Option(None, "--max-seconds", min=0.0,
+                                                help="With --precision: a level's cap in seconds (default 300)."),
+    max_requests: Optional[int] = typer.Option(None, "--max-requests", min=1,
+                                               help="With --precision: a level's cap in requests."),
 ) -> None:
     """Measure a running server with sweeper's client and metrics; launches nothing."""
     from sweeper.loadgen.client import StreamOptions
@@ -67,6 +74,8 @@ def load(
     from sweeper.loadgen.workload import tokenizer_from_file
 
     with user_errors():
+        if precision is None and (max_seconds is not None or max_requests is not None):
+            raise UserError("--max-seconds and --max-requests cap a precision-driven level: give --precision too")
         levels, api_name = parse_levels(concurrency), parse_api(api)
         if dataset_format is not None and dataset_format not in FORMATS:
             raise UserError(f"--dataset-format: one of {', '.join(FORMATS)}, got {dataset_format!r}")
@@ -79,6 +88,7 @@ def load(
             request_rate=request_rate or None, poisson=not fixed_rate,
             slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, time_scale=time_scale,
             max_client_lag_ms=max_client_lag_ms,
+            precision=precision or None, max_seconds=max_seconds, max_requests=max_requests,
             tokenizer=words, vocab_size=local_vocab_size(model), records=records,
             options=StreamOptions(api=api_name, timeout_s=timeout, stall_timeout_s=stall_timeout,
                                   min_tokens=min_tokens, continuous_usage=continuous_usage),
@@ -100,7 +110,10 @@ def load(
 
         def show_level(level: int, m: dict) -> None:
             table.add_row(*_load_row(level, m))
-            err.print(f"C={level}: {m['output_throughput']:.1f} output tok/s", highlight=False)
+            ci = (f" (95% CI {m['output_throughput_ci_low']:.1f}-{m['output_throughput_ci_high']:.1f}, "
+                  f"{m['batches']} batches{'' if m['precision_reached'] else ', imprecise'})"
+                  if "precision_reached" in m else "")
+            err.print(f"C={level}: {m['output_throughput']:.1f} output tok/s{ci}", highlight=False)
 
         results = run_load(url, model, plan, on_level=show_level)
         console.print(table)

@@ -27,7 +27,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Coroutine, TypeVar
+from typing import Any, Callable, Coroutine, Iterable, Sized, TypeVar
 
 from sweeper.loadgen.endpoints import Api, Prompt, RequestDialect, build_request_body, endpoint_url, request_parts
 from sweeper.loadgen.http1 import BufferSink, HttpError, Pool, RequestTimeout, StaleConnection, Stalled
@@ -112,6 +112,8 @@ class LevelRun:
     end: float
     lag: LagStats
     ran: dict = field(default_factory=dict)  # run on the host: its python, version, client module
+    turnarounds_s: list[float] | None = None  # closed loop: a worker's gaps from a request's end to its next send
+    stopped_at: float | None = None  # closed loop with a stop condition: when it said stop
 
     @property
     def duration_s(self) -> float:
@@ -134,7 +136,7 @@ def _options(options: StreamOptions | None, timeout_s: float, extra_body: dict |
 async def run_closed_loop(
     base_url: str,
     model: str,
-    prompts: list[Prompt],
+    prompts: Iterable[Prompt],
     output_len: int,
     concurrency: int,
     *,
@@ -142,30 +144,54 @@ async def run_closed_loop(
     extra_body: dict | None = None,
     session: Pool | None = None,
     options: StreamOptions | None = None,
+    until: Callable[[list[RequestSample], float, int, float], bool] | None = None,
 ) -> LevelRun:
-    """Send every prompt with exactly `concurrency` requests in flight until the prompts run out.
+    """Send every prompt with exactly `concurrency` requests in flight until the prompts run out
+    or `until(completed samples, wall start, requests sent, settled)`, asked after each
+    completion, says stop (precision.PrecisionStop); `settled` is the earliest send of a request
+    still in flight: every token streamed before it is in the completed samples. The requests in
+    flight then finish, and `stopped_at` is when it said stop. `prompts` may be an endless
+    iterator when `until` is given.
 
     A failed request becomes a sample with ok=False; nothing a server does makes this raise.
-    `options` (when given) replaces timeout_s and extra_body.
+    `options` (when given) replaces timeout_s and extra_body. Each gap between a request's end
+    and the next send of the same worker is the client's own turnaround (`turnarounds_s`).
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     opts = _options(options, timeout_s, extra_body)
     url = endpoint_url(base_url, opts.api)
-    samples: list[RequestSample | None] = [None] * len(prompts)
+    samples: list[tuple[int, RequestSample]] = []
+    done: list[RequestSample] = []  # in completion order, for `until`
+    turnarounds: list[float] = []
     queue = iter(enumerate(prompts))  # shared by the workers: each takes the next prompt when free
     stalled = False  # a stalled request means a hung server: send no more (the level is lost anyway)
+    stopped_at: float | None = None
+    sent = 0
+    in_flight: dict[int, float] = {}  # worker -> when it took its prompt
 
-    async def worker(client: Pool) -> None:
-        nonlocal stalled
+    async def worker(client: Pool, number: int) -> None:
+        nonlocal stalled, stopped_at, sent
+        last_end = None
         for index, prompt in queue:
-            if stalled:
+            if stalled or stopped_at is not None:
                 return
-            samples[index] = await _send_streaming(client, url, model, prompt, output_len, opts)
-            stalled = stalled or is_stalled(samples[index])
+            sent += 1
+            in_flight[number] = time.perf_counter()
+            sample = await _send_streaming(client, url, model, prompt, output_len, opts)
+            del in_flight[number]
+            samples.append((index, sample))
+            done.append(sample)
+            if last_end is not None:
+                turnarounds.append(max(sample.start - last_end, 0.0))
+            last_end = sample.end
+            stalled = stalled or is_stalled(sample)
+            if until is not None and stopped_at is None and \
+                    until(done, wall_start, sent, min(in_flight.values(), default=time.perf_counter())):
+                stopped_at = time.perf_counter()
 
     client = session or Pool()
-    workers = min(concurrency, len(prompts))
+    workers = min(concurrency, len(prompts)) if isinstance(prompts, Sized) else concurrency
     try:
         if client.keep_alive:
             try:  # the level's clock starts with its connections open, as a long-lived client's are
@@ -174,12 +200,13 @@ async def run_closed_loop(
                 pass  # each request meets the same failure on its own, as a failed sample
         async with LoopLagMonitor() as lag:
             wall_start = time.perf_counter()
-            await asyncio.gather(*(worker(client) for _ in range(workers)))
+            await asyncio.gather(*(worker(client, number) for number in range(workers)))
             wall_end = time.perf_counter()
     finally:
         if session is None:
             client.close()
-    return LevelRun([s for s in samples if s is not None], wall_start, wall_end, lag.stats())
+    return LevelRun([s for _, s in sorted(samples, key=lambda pair: pair[0])], wall_start, wall_end, lag.stats(),
+                    turnarounds_s=turnarounds, stopped_at=stopped_at)
 
 
 async def run_open_loop(
@@ -256,6 +283,7 @@ def run_level(
     timeout_s: float = 300.0,
     extra_body: dict | None = None,
     options: StreamOptions | None = None,
+    until: Callable[[list[RequestSample], float, int, float], bool] | None = None,
 ) -> LevelRun:
     """Blocking run_closed_loop for callers without an event loop (it makes its own session)."""
     return run_measured(
@@ -268,6 +296,7 @@ def run_level(
             timeout_s=timeout_s,
             extra_body=extra_body,
             options=options,
+            until=until,
         )
     )
 

@@ -26,5 +26,6 @@ def main(stdin: IO[bytes]) -> int:
     ran = {"python": sys.executable, "version": platform.python_version(), "client": client.__file__,
            "loop": event_loop_name()}
     json.dump({"samples": [asdict(s) for s in run.samples], "start": run.start, "end": run.end,
-               "lag": asdict(run.lag), "ran": ran}, sys.stdout)
+               "lag": asdict(run.lag), "ran": ran,
+               "turnarounds_s": run.turnarounds_s}, sys.stdout)
     return 0

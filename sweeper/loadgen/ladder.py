@@ -1,13 +1,16 @@
 """The level loop, once: for each concurrency level a warmup (not measured), then `repeats`
 measured runs with fresh prompts (no prefix-cache hits), the median repeat kept with the repeats'
-CV. The sweep (trial/ladder.py) and `sweeper load` (a server already up; launches nothing) both run
-it; what differs between them (sample files, the watchdog, judging a level) comes in as hooks.
+CV. With a `precision`, each closed-loop run has no warm-up run and no fixed size: it sends until
+its steady-state CI is narrow enough or a cap is hit (precision.py). The sweep (trial/ladder.py)
+and `sweeper load` (a server already up; launches nothing) both run it; what differs between them (sample files, the watchdog, judging a level) comes in as hooks.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -19,14 +22,16 @@ from sweeper.loadgen.datasets import LengthDistribution, PromptRecord, draw_leng
 from sweeper.loadgen.endpoints import APIS, Api, Prompt
 from sweeper.loadgen.metrics import (MAX_CLIENT_LAG_P99_MS, achieved_arrival_rate, combine_repeats, spoiled_by_client,
                                      summarize_level)
+from sweeper.loadgen.pinning import client_apart
+from sweeper.loadgen.precision import PrecisionStop, estimate_of_run
 from sweeper.loadgen.probe import LevelProbe, cache_fields, token_count_fields
 from sweeper.loadgen.vocab import DEFAULT_VOCAB_SIZE
 from sweeper.loadgen.workload import (arrival_offsets_s, build_prompt_texts, build_prompt_token_ids,
                                       build_shared_prefixes, pick_groups)
 from sweeper.outcomes import LevelMetrics
-from sweeper.spec.space import LengthSpec, Workload
+from sweeper.spec.space import DEFAULT_MAX_SECONDS, LengthSpec, Workload
 
-HARNESS_RETRIES = 2  # measurements again of a run the client's own lag spoiled (then it counts)
+HARNESS_RETRIES = 2  # measurements again of a run the client's own lag or turnaround spoiled (then it counts)
 
 # What `sweeper load --json` writes per level, in this order: bench_serving's names.
 RECORD_KEYS = (
@@ -40,6 +45,7 @@ RECORD_KEYS = (
     "tokens_per_chunk", "coarse_stream", "achieved_request_rate",
     "prompt_tokens_counted", "mean_prompt_tokens_counted", "prompt_tokens_counted_by",
     "cache_flushed", "prefix_cache_hit_rate", "prefix_cache_hit_tokens", "prefix_cache_query_tokens",
+    "output_throughput_ci_low", "output_throughput_ci_high", "batches", "precision_reached", "warmup_dropped_s",
     "valid", "invalid_reason",
 )
 
@@ -72,6 +78,9 @@ class LoadPlan:
     output_dist: LengthDistribution | None = None
     shared_prefix: tuple[int, int] | None = None
     probe: LevelProbe | None = None  # cache flush and hit rate, prompt token counts
+    precision: float | None = None  # relative CI half-width a closed-loop run sends until
+    max_seconds: float | None = None  # its caps (modelled s; DEFAULT_MAX_SECONDS when both unset)
+    max_requests: int | None = None
 
     @classmethod
     def from_workload(cls, workload: Workload, options: StreamOptions, time_scale: float = 1.0,
@@ -90,7 +99,9 @@ class LoadPlan:
                    input_dist=length_distribution(workload.input_len),
                    output_dist=length_distribution(workload.output_len),
                    shared_prefix=(workload.shared_prefix.tokens, workload.shared_prefix.groups)
-                   if workload.shared_prefix else None, probe=probe)
+                   if workload.shared_prefix else None, probe=probe,
+                   precision=workload.precision, max_seconds=workload.max_seconds,
+                   max_requests=workload.max_requests)
 
     @property
     def custom_prompts(self) -> bool:
@@ -110,6 +121,17 @@ class LoadPlan:
         if self.request_rate is not None:
             return self.warmup_rounds * max(concurrency, math.ceil(self.request_rate))
         return self.warmup_rounds * concurrency
+
+    @property
+    def precise(self) -> bool:
+        """Runs driven by precision: closed loop with a precision (an open loop's pace is its rate)."""
+        return self.precision is not None and self.request_rate is None
+
+    def stop_rule(self, concurrency: int) -> PrecisionStop:
+        max_seconds = self.max_seconds
+        if max_seconds is None and self.max_requests is None:
+            max_seconds = DEFAULT_MAX_SECONDS
+        return PrecisionStop(self.precision, concurrency, max_seconds, self.max_requests, self.time_scale)
 
 
 @dataclass(frozen=True)
@@ -142,8 +164,15 @@ class LadderHooks:
     def level_done(self, concurrency: int, metrics: LevelMetrics) -> Stop | None:
         return None
 
+    def server_pgid(self) -> int | None:
+        """The server's process group where it runs on this machine (pinned apart from the
+        client on a harness retry), else None."""
+        return None
 
-Send = Callable[[list, int], LevelRun]  # (prompts, concurrency) -> the run
+
+# (prompts, concurrency, until) -> the run; `until` (precision.PrecisionStop or None) ends a
+# closed loop early, and the prompts are then an iterator as long as the cap (endless without one)
+Send = Callable[[Any, int, Any], LevelRun]
 
 
 def run_ladder(plan: LoadPlan, send: Send, hooks: LadderHooks = LadderHooks()
@@ -155,8 +184,10 @@ def run_ladder(plan: LoadPlan, send: Send, hooks: LadderHooks = LadderHooks()
     for concurrency in plan.concurrency:
         # each level starts with an empty prefix cache: no level is helped by the one before it
         flushed = probe.flush() if probe is not None else None
-        warmup = build_prompts(plan, plan.warmup_requests(concurrency), plan.seed + 10_000 + concurrency)
-        if warmup and (stop := hooks.warmup_done(concurrency, send(warmup, concurrency))):
+        # a precise run finds and drops its own warm-up (MSER-5): no warm-up run
+        warmup = [] if plan.precise else build_prompts(plan, plan.warmup_requests(concurrency),
+                                                       plan.seed + 10_000 + concurrency)
+        if warmup and (stop := hooks.warmup_done(concurrency, send(warmup, concurrency, None))):
             return levels, stop.verdict
         summaries, stop = [], None
         counters = probe.cache_counters() if probe is not None else None
@@ -179,37 +210,87 @@ def run_ladder(plan: LoadPlan, send: Send, hooks: LadderHooks = LadderHooks()
 
 def measured_run(plan: LoadPlan, send: Send, hooks: LadderHooks, concurrency: int, repeat: int,
                  ) -> tuple[LevelMetrics | None, Stop | None]:
-    """One measured run's metrics (and the hook's stop, if any). A run spoiled by the client's own
-    lag alone is measured again with fresh prompts, up to HARNESS_RETRIES times: the harness's
-    trouble must not make a config infeasible (`harness_retries` says how often it happened)."""
+    """One measured run's metrics (and the hook's stop, if any). A run spoiled by the harness
+    alone (the client's lag or turnaround, metrics.spoiled_by_client) is an infrastructure fault:
+    measured again with fresh prompts and the client on a core apart from the server where the
+    host allows (pinning.py), up to HARNESS_RETRIES times (`harness_retries` says how often; after
+    that it counts as measured, and the reasons stay on the level)."""
+    pinned = ""
     for attempt in range(HARNESS_RETRIES + 1):
         seed = plan.seed + concurrency + 100_000 * repeat + 1_000_000 * attempt
-        prompts = build_prompts(plan, plan.requests_at(concurrency), seed)
-        counted = plan.probe.count_prompt_tokens(prompts) if plan.probe is not None else None
-        run = send(prompts, concurrency)
+        with client_apart(hooks.server_pgid()) if attempt else nullcontext("") as pinned:
+            until = plan.stop_rule(concurrency) if plan.precise else None
+            prompts = _run_prompts(plan, concurrency, seed)
+            # a precise run's prompts are a stream made as it goes: not counted ahead
+            counted = plan.probe.count_prompt_tokens(prompts) if plan.probe is not None and not plan.precise else None
+            run = send(prompts, concurrency, until)
         stop = hooks.run_done(concurrency, repeat, run)
         if stop and not stop.keep_level:
             return None, stop
-        summary = summarize_run(plan, concurrency, run)
+        summary = summarize_run(plan, concurrency, run, until)
         summary.update(token_count_fields(plan.probe, counted))
         if notes := hooks.run_notes(concurrency):
             summary["invalid_reasons"], summary["valid"] = [*summary["invalid_reasons"], *notes], False
         if stop or not spoiled_by_client(summary):
             break
     summary["harness_retries"] = attempt
+    summary["client_pinned"] = pinned or None
     return summary, stop
 
 
-def summarize_run(plan: LoadPlan, concurrency: int, run: LevelRun) -> LevelMetrics:
+def _run_prompts(plan: LoadPlan, concurrency: int, seed: int):
+    """A fixed run's prompts, or a precise run's: fresh ones made a few rounds at a time (each
+    batch its own seed), as many as max_requests or endless."""
+    if not plan.precise:
+        return build_prompts(plan, plan.requests_at(concurrency), seed)
+    chunk = 4 * concurrency
+    stream = itertools.chain.from_iterable(build_prompts(plan, chunk, seed + 7919 * i) for i in itertools.count())
+    return stream if plan.max_requests is None else itertools.islice(stream, plan.max_requests)
+
+
+def summarize_run(plan: LoadPlan, concurrency: int, run: LevelRun, until: PrecisionStop | None = None
+                  ) -> LevelMetrics:
     """One measured run's metrics; an open-loop run has no target concurrency, and records the
-    arrival rate it achieved."""
-    metrics = summarize_level(run.samples, concurrency if plan.request_rate is None else None, run.duration_s,
+    arrival rate it achieved. A precise run's output_throughput is its steady-state batch-means
+    value, with the CI keys beside it."""
+    summary = summarize_level(run.samples, concurrency if plan.request_rate is None else None, run.duration_s,
                               time_scale=plan.time_scale, requested_output_len=None, lag=run.lag,
                               slo_ttft_ms=plan.slo_ttft_ms, slo_tpot_ms=plan.slo_tpot_ms,
-                              max_client_lag_ms=plan.max_client_lag_ms, varied_lengths=plan.custom_prompts)
+                              max_client_lag_ms=plan.max_client_lag_ms, varied_lengths=plan.custom_prompts,
+                              turnarounds_s=run.turnarounds_s, first_round_check=not plan.precise)
     if plan.request_rate is not None:
-        metrics["achieved_request_rate"] = achieved_arrival_rate(run.samples, plan.time_scale)
-    return metrics
+        summary["achieved_request_rate"] = achieved_arrival_rate(run.samples, plan.time_scale)
+    if until is not None:
+        summary.update(precision_fields(plan, run, until))
+    return summary
+
+
+def precision_fields(plan: LoadPlan, run: LevelRun, until: PrecisionStop) -> dict[str, Any]:
+    """The keys of a precise run (agreed with the CI-aware leaderboard: keep the names)."""
+    # stopped for precision: the estimate it judged (the data after it, to the stop, changes the
+    # truncation and batches a little and could tip a borderline level either way)
+    estimate = until.estimate if until.reason == "precision" and until.estimate else None
+    if estimate is None:
+        stopped = run.stopped_at if run.stopped_at is not None else run.end
+        estimate = estimate_of_run(run.samples, run.start, stopped, plan.time_scale)
+    reached = estimate.precise(plan.precision or 0.0)
+    fields: dict[str, Any] = {
+        "output_throughput_ci_low": estimate.ci_low,
+        "output_throughput_ci_high": estimate.ci_high,
+        "batches": estimate.batches,
+        "precision_reached": reached,
+        "precision": plan.precision,
+        "precision_half_width": estimate.relative_half_width,
+        "warmup_dropped_s": estimate.warmup_dropped_s,
+        "stopped_by": until.reason or "prompts",
+    }
+    if estimate.batches:
+        fields["output_throughput"] = estimate.value
+    if not reached:
+        fields["precision_note"] = (
+            f"imprecise: 95% CI half-width {estimate.relative_half_width:.1%} over {estimate.batches} batches, "
+            f"not within {plan.precision:.1%} (stopped by {until.reason or 'prompts'})")
+    return fields
 
 
 def discover_model(base_url: str, timeout_s: float = 10.0) -> str:
@@ -306,10 +387,10 @@ def load_records(path: str | None, fmt: str | None, tokenizer: Any | None = None
 
 def closed_or_open_loop(base_url: str, model: str, plan: LoadPlan) -> Send:
     """`sweeper load`'s sender: closed loop at C, or open loop at the plan's rate capped at C."""
-    def send(prompts: list, concurrency: int) -> LevelRun:
+    def send(prompts, concurrency: int, until=None) -> LevelRun:
         if plan.request_rate is None:
             return run_measured(run_closed_loop(base_url, model, prompts, plan.output_len, concurrency,
-                                               options=plan.options))
+                                               options=plan.options, until=until))
         offsets = arrival_offsets_s(len(prompts), plan.request_rate, poisson=plan.poisson, seed=plan.seed)
         return run_measured(run_open_loop(base_url, model, prompts, plan.output_len, offsets,
                                          max_concurrency=concurrency or None, options=plan.options))

@@ -7,9 +7,11 @@ A level is invalid when: no request was sent; any request failed (HTTP error, er
 dropped connection, timeout, stall); the server sent no usage report (stream_options.include_usage)
 so the streamed count cannot be checked; the server's usage count disagrees with the tokens that
 streamed in; a request received fewer tokens than requested; the achieved concurrency is below
-MIN_CONCURRENCY_FRACTION of the target (closed loop only); or the client's own event loop lagged
-(p99 oversleep of its ticker above MAX_CLIENT_LAG_P99_MS: the client, not the server, was then
-adding latency). Repeats of a level (combine_repeats) are flagged `unstable`, not invalid, when
+MIN_CONCURRENCY_FRACTION of the target (closed loop only; named `client turnaround` when the
+client's own gaps between a request's end and its next send account for the shortfall); or the
+client's own event loop lagged (p99 oversleep of its ticker above MAX_CLIENT_LAG_P99_MS: the
+client, not the server, was then adding latency). The two client reasons are the harness's
+faults (spoiled_by_client): the level is measured again, never the config's failure. Repeats of a level (combine_repeats) are flagged `unstable`, not invalid, when
 the coefficient of variation of their output throughput exceeds UNSTABLE_CV.
 
 A level whose stream was coarse (more than COARSE_TOKENS_PER_CHUNK tokens per chunk on average,
@@ -38,6 +40,10 @@ MIN_CONCURRENCY_FRACTION = 0.95
 # late (~29,000 tok/s and beyond).
 UNSTABLE_CV = 0.05
 CLIENT_LAGGED = "client lagged"
+# The achieved concurrency fell short, but adding back the time the client itself spent between
+# a request's end and its next send reaches the target: the client's turnaround, not the server.
+CLIENT_TURNAROUND = "client turnaround"
+HARNESS_FAULTS = (CLIENT_LAGGED, CLIENT_TURNAROUND)
 # A measured run whose first round waited this many times longer for its first token than the
 # rounds after it (and at least STALL_MIN_S longer) met a one-time stall: a compile or first
 # allocation the warm-up did not reach (vLLM 0.24 on the H200: 760 ms against 72-118 ms at C=64)
@@ -119,9 +125,14 @@ def invalid_reasons(
     requested_output_len: int | None,
     lag: LagStats | None = None,
     max_client_lag_ms: float = MAX_CLIENT_LAG_P99_MS,
+    turnaround_concurrency: float = 0.0,
+    first_round_check: bool = True,
 ) -> list[str]:
     """Why a level's numbers cannot be trusted; empty when they can. concurrency=None (open
-    loop) skips the concurrency check."""
+    loop) skips the concurrency check. turnaround_concurrency: the requests the client's own
+    turnaround kept from being in flight (summed gaps over the run's time); when they account for
+    a shortfall of achieved concurrency, the reason names the client. first_round_check=False:
+    the run's warm-up is cut off later (a precision-driven level), no first-round stall test."""
     if not samples:
         return ["no requests were sent"]
     completed = [s for s in samples if s.ok]
@@ -154,11 +165,15 @@ def invalid_reasons(
             f"(e.g. {s.output_tokens} of {_expected_output_len(s, requested_output_len)})"
         )
     if concurrency is not None and not achieved >= MIN_CONCURRENCY_FRACTION * concurrency:
+        bar = MIN_CONCURRENCY_FRACTION * concurrency
+        client = math.isfinite(achieved) and achieved + turnaround_concurrency >= bar
         reasons.append(  # `not >=` also catches NaN
-            f"achieved concurrency {achieved:.2f} below {MIN_CONCURRENCY_FRACTION:.0%} "
-            f"of target {concurrency}"
+            (f"{CLIENT_TURNAROUND}: " if client else "")
+            + f"achieved concurrency {achieved:.2f} below {MIN_CONCURRENCY_FRACTION:.0%} of target {concurrency}"
+            + (f" (the client's own gaps between a request's end and its next send held "
+               f"{turnaround_concurrency:.2f} requests out of flight)" if client else "")
         )
-    if concurrency is not None and (stall := first_round_stall(completed, concurrency)):
+    if first_round_check and concurrency is not None and (stall := first_round_stall(completed, concurrency)):
         reasons.append(stall)
     if lag is not None and lag.p99_ms > max_client_lag_ms:
         reasons.append(
@@ -169,9 +184,9 @@ def invalid_reasons(
 
 
 def spoiled_by_client(metrics: dict) -> bool:
-    """Invalid for the client's own lag alone: the harness's fault, not the server's."""
+    """Invalid for the client's own lag or turnaround alone: the harness's fault, not the server's."""
     reasons = metrics.get("invalid_reasons") or []
-    return bool(reasons) and all(r.startswith(CLIENT_LAGGED) for r in reasons)
+    return bool(reasons) and all(r.startswith(HARNESS_FAULTS) for r in reasons)
 
 
 def first_round_stall(completed: Sequence[RequestSample], concurrency: int) -> str | None:
@@ -213,6 +228,8 @@ def summarize_level(
     slo_tpot_ms: float | None = None,
     max_client_lag_ms: float = MAX_CLIENT_LAG_P99_MS,
     varied_lengths: bool = False,
+    turnarounds_s: Sequence[float] | None = None,
+    first_round_check: bool = True,
 ) -> LevelMetrics:
     """bench_serving-style metrics for one concurrency level, with `valid` and `invalid_reasons`.
     varied_lengths: the requests asked for lengths of their own (a dataset, drawn lengths), so
@@ -224,7 +241,8 @@ def summarize_level(
     requested_output_tokens; pass 0 to skip the length check. concurrency=None: an open-loop run
     (no concurrency target). lag: the client's event-loop lag during the run (wall ms, unscaled).
     request_goodput: completed requests meeting both SLOs (TTFT and TPOT, modelled ms) per
-    second, as bench_serving's goodput; None without SLOs.
+    second, as bench_serving's goodput; None without SLOs. turnarounds_s: the closed loop's gaps
+    from a request's end to the same worker's next send (wall s), the client's own turnaround.
     """
     if time_scale <= 0:
         raise ValueError(f"time_scale must be > 0, got {time_scale}")
@@ -238,7 +256,9 @@ def summarize_level(
     total_output = sum(s.output_tokens for s in completed)
     achieved = achieved_concurrency(latencies, dur)
     judged = concurrency_while_sending(samples) if varied_lengths else achieved
-    reasons = invalid_reasons(samples, concurrency, judged, requested_output_len, lag, max_client_lag_ms)
+    turnaround = achieved_concurrency([t / time_scale for t in turnarounds_s or []], dur)
+    reasons = invalid_reasons(samples, concurrency, judged, requested_output_len, lag, max_client_lag_ms,
+                              turnaround if math.isfinite(turnaround) else 0.0, first_round_check)
     stream = stream_granularity(completed)
     goodput = request_goodput(completed, dur, time_scale, slo_ttft_ms, slo_tpot_ms)
     return {
@@ -261,6 +281,7 @@ def summarize_level(
         **percentile_summary(_to_ms(latencies), "e2e_latency"),
         "output_throughput_per_user": per_user_throughput(tpots),
         "concurrency": achieved,
+        "client_turnaround_concurrency": turnaround if turnarounds_s is not None else None,
         "max_concurrent_requests": concurrency,
         "time_scale": time_scale,
         "client_lag_median_ms": None if lag is None else lag.median_ms,

@@ -10,6 +10,7 @@ controller.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import asdict, dataclass
@@ -51,7 +52,11 @@ PROBE = "import sys; print(sys.version_info[:2] >= (3, 9))"
 NOT_FOUND = 127  # the shell's exit status for a command it cannot find
 SLACK_S = 60.0  # beyond the requests' own time limits: python start, imports, the answer's transfer
 
-LevelRunner = Callable[[list, int, int, StreamOptions], LevelRun]  # prompts, output_len, C, options
+# prompts, output_len, C, options, until (client.run_closed_loop's stop condition, or None)
+LevelRunner = Callable[[Any, int, int, StreamOptions, Any], LevelRun]
+# A precise level loaded from the host: its stop rule needs scipy on the controller, so the host
+# sends a fixed list (max_requests, else this many rounds) and the CI is computed afterwards.
+HOST_PRECISE_ROUNDS = 40
 
 
 @dataclass(frozen=True)
@@ -102,7 +107,7 @@ def parse_host_run(host: str, python: str, returncode: int, stdout: str, stderr:
         answer = json.loads(stdout)
         samples = [RequestSample(**sample) for sample in answer["samples"]]
         return LevelRun(samples, float(answer["start"]), float(answer["end"]), LagStats(**answer["lag"]),
-                        dict(answer.get("ran") or {}))
+                        dict(answer.get("ran") or {}), turnarounds_s=answer.get("turnarounds_s"))
     except (ValueError, KeyError, TypeError) as exc:
         raise InfraError(f"host {host!r}: unreadable answer from the load run on the host: "
                          f"{type(exc).__name__}: {stdout[:200]!r}") from None
@@ -112,7 +117,9 @@ def host_runner(host: PythonHost, port: int, model: str) -> LevelRunner:
     """Runs each level on the host against the server's own port there (never the forward)."""
     bundle = build_bundle()
 
-    def run(prompts: list, output_len: int, concurrency: int, options: StreamOptions) -> LevelRun:
+    def run(prompts, output_len: int, concurrency: int, options: StreamOptions, until=None) -> LevelRun:
+        if until is not None:
+            prompts = list(itertools.islice(prompts, until.max_requests or HOST_PRECISE_ROUNDS * concurrency))
         request = build_request(f"http://127.0.0.1:{port}", model, prompts, output_len, concurrency, options)
         result = host.run_python(BOOTSTRAP, build_host_stdin(bundle, request),
                                  run_timeout_s(len(prompts), concurrency, options))
@@ -122,8 +129,8 @@ def host_runner(host: PythonHost, port: int, model: str) -> LevelRunner:
 
 
 def controller_runner(base_url: str, model: str) -> LevelRunner:
-    def run(prompts: list, output_len: int, concurrency: int, options: StreamOptions) -> LevelRun:
-        return run_level(base_url, model, prompts, output_len, concurrency, options=options)
+    def run(prompts, output_len: int, concurrency: int, options: StreamOptions, until=None) -> LevelRun:
+        return run_level(base_url, model, prompts, output_len, concurrency, options=options, until=until)
 
     return run
 

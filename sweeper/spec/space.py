@@ -125,6 +125,10 @@ class Seed(Strict):
     params: dict[str, Scalar]
 
 
+# A precision-driven level's time cap when the workload gives none (modelled seconds): on the
+# simulator a 2% level took ~200 modelled s at C=8 (bench/README.md "Precision-driven levels").
+DEFAULT_MAX_SECONDS = 300.0
+
 # The client-lag validity bar's one default (loadgen/metrics.py reads it): a level whose client
 # event loop lagged more (p99) measured the client, not the server.
 MAX_CLIENT_LAG_P99_MS = 5.0
@@ -198,6 +202,13 @@ class Workload(Strict):
     dataset_format: Literal["sharegpt", "jsonl"] | None = Field(None, description="default: from the content")
     tokenizer: str | None = Field(None, description="tokenizer.json (or its folder): prompt token counts")
     shared_prefix: SharedPrefix | None = None
+    # precision-driven levels (loadgen/precision.py; README "Precision-driven levels"): unset, a
+    # level is warmup_rounds + repeats runs of a fixed size, as before
+    precision: float | None = Field(None, gt=0, lt=1, description=(
+        "send until the 95% CI of output tok/s is within this relative half-width (e.g. 0.02)"))
+    max_seconds: float | None = Field(None, gt=0, description=(
+        "with precision: a level's cap in seconds (default DEFAULT_MAX_SECONDS)"))
+    max_requests: int | None = Field(None, ge=1, description="with precision: a level's cap in requests")
 
     @field_validator("concurrency")
     @classmethod
@@ -213,6 +224,13 @@ class Workload(Strict):
     @property
     def typical_output_len(self) -> int:
         return self.output_len if isinstance(self.output_len, int) else self.output_len.typical
+    @model_validator(mode="after")
+    def _caps_need_precision(self):
+        if self.precision is None and (self.max_seconds is not None or self.max_requests is not None):
+            raise ValueError("max_seconds and max_requests cap a precision-driven level: set 'precision' too")
+        if self.precision is not None and self.load == "native":
+            raise ValueError("'precision' needs sweeper's own load client (load: sweeper)")
+        return self
 
 
 class Objective(Strict):

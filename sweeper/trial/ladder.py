@@ -84,13 +84,16 @@ def stall_watch(host: Host, proc: ServerProcess, stall_lines: Sequence[str]) -> 
 def measure_levels(plan: LoadPlan, place: LoadPlace, trial_dir: Path,
                    on_level: Callable[[int, dict], Failure | None], still_alive: Callable[[], bool],
                    new_stall: Callable[[], str | None] = lambda: None, gpus: int | None = None,
-                   power: PowerMeter | None = None) -> tuple[dict[int, LevelMetrics], Failure | None]:
+                   power: PowerMeter | None = None, server_pgid: int | None = None,
+                   ) -> tuple[dict[int, LevelMetrics], Failure | None]:
     """The trial's ladder: (levels measured, the failure that ended it early or None). `gpus`:
-    the GPUs the config runs on (per-GPU metrics); `power`: a running meter of their power."""
-    def send(prompts: list, concurrency: int) -> LevelRun:
-        return place.run(prompts, plan.output_len, concurrency, plan.options)
+    the GPUs the config runs on (per-GPU metrics); `power`: a running meter of their power;
+    server_pgid: the server's process group when it runs on this machine (pinning.py)."""
+    def send(prompts, concurrency: int, until=None) -> LevelRun:
+        return place.run(prompts, plan.output_len, concurrency, plan.options, until)
 
-    hooks = TrialLadderHooks(trial_dir, place.where, on_level, still_alive, new_stall, gpus, power, plan.time_scale)
+    hooks = TrialLadderHooks(trial_dir, place.where, on_level, still_alive, new_stall, gpus, power, plan.time_scale,
+                             server_pgid)
     return run_ladder(plan, send, hooks)
 
 
@@ -102,7 +105,7 @@ class _LadderStopped(Exception):
 def measure_capacity(plan: LoadPlan, place: LoadPlace, trial_dir: Path, slo: CapacitySlo, ceiling: int,
                      resolution: int, on_level: Callable[[int, dict], Failure | None],
                      still_alive: Callable[[], bool], new_stall: Callable[[], str | None] = lambda: None,
-                     gpus: int | None = None, power: PowerMeter | None = None,
+                     gpus: int | None = None, power: PowerMeter | None = None, server_pgid: int | None = None,
                      ) -> tuple[dict[int, LevelMetrics], dict | None, Failure | None]:
     """objective max_load_within_slo: the capacity search (loadgen/capacity.py) with each load a
     level of the trial's ladder (samples, watchdog, the study's verdict): (levels measured, the
@@ -112,7 +115,7 @@ def measure_capacity(plan: LoadPlan, place: LoadPlace, trial_dir: Path, slo: Cap
     def measure(concurrency: float) -> LevelMetrics:
         c = int(concurrency)
         measured, verdict = measure_levels(replace(plan, concurrency=(c,)), place, trial_dir, on_level,
-                                           still_alive, new_stall, gpus, power)
+                                           still_alive, new_stall, gpus, power, server_pgid)
         levels.update(measured)
         if verdict is not None:
             raise _LadderStopped(verdict)
@@ -152,12 +155,17 @@ class TrialLadderHooks(LadderHooks):
 
     def __init__(self, trial_dir: Path, where: str, on_level: Callable[[int, dict], Failure | None],
                  still_alive: Callable[[], bool], new_stall: Callable[[], str | None] = lambda: None,
-                 gpus: int | None = None, power: PowerMeter | None = None, time_scale: float = 1.0) -> None:
+                 gpus: int | None = None, power: PowerMeter | None = None, time_scale: float = 1.0,
+                 server_pgid: int | None = None) -> None:
         self.samples_dir = trial_dir / "samples"
         self.samples_dir.mkdir(parents=True, exist_ok=True)
         self.where, self.on_level, self.still_alive, self.new_stall = where, on_level, still_alive, new_stall
         self.gpus, self.power, self.time_scale = gpus, power, time_scale
         self.energy: dict[int, list[tuple[float, float, int]]] = {}  # level -> (J, wall s, tokens) per run
+        self._server_pgid = server_pgid
+
+    def server_pgid(self) -> int | None:
+        return self._server_pgid if self.where == "controller" else None
 
     def run_notes(self, concurrency: int) -> list[str]:
         stall = self.new_stall()

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from sweeper.engines.base import gpus_in_argv
 from sweeper.errors import InfraError
 from sweeper.loadgen.capacity import CapacitySlo
+from sweeper.loadgen.metrics import spoiled_by_client
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.loadgen.onhost import load_place
 from sweeper.outcomes import FailureKind
@@ -103,21 +104,28 @@ def _check_and_measure(ctx: TrialContext, outcome: TrialOutcome, server: Launche
                                     server.stall_timeout_s, served_vocab_size(ctx.host, space.model),
                                     build_level_probe(server.base_url, server.model, ctx.engine.info, space.workload))
             stalls = stall_watch(ctx.host, server.proc, ctx.engine.info.stall_lines)
+            pgid = server.proc.pgid if ctx.host_spec.transport == "local" else None
             gpus = config_gpus(ctx, outcome.config, server.argv)
             with power_meter(ctx, server, gpus) as power:
                 if space.finds_capacity:
                     slo = CapacitySlo(space.slo.p99_ttft_ms, space.slo.p99_tpot_ms)
                     outcome.levels, outcome.capacity, outcome.failure = measure_capacity(
                         plan, place, ctx.trial_dir, slo, space.workload.capacity_max_concurrency,
-                        space.workload.capacity_resolution, ctx.on_level, server.still_alive, stalls, gpus, power)
+                        space.workload.capacity_resolution, ctx.on_level, server.still_alive, stalls, gpus, power,
+                        pgid)
                     return  # an invalid level is one where the SLO does not hold: it never scores
                 outcome.levels, outcome.failure = measure_levels(plan, place, ctx.trial_dir, ctx.on_level,
-                                                                 server.still_alive, stalls, gpus, power)
+                                                                 server.still_alive, stalls, gpus, power, pgid)
     for goal_level in sorted({goal.level for goal in space.goals}):  # one level, or the Pareto pair's
         measured = outcome.levels.get(goal_level)
         if outcome.failure is None and measured is not None and not measured.get("valid"):
-            # An invalid measurement never scores: recorded with its reasons, never ranked.
             reasons = "; ".join(measured.get("invalid_reasons") or ["invalid"])
+            if spoiled_by_client(measured):
+                # still the harness's own fault after its retries: an infrastructure fault (the
+                # trial is queued again), never the config's
+                raise InfraError(f"the load client spoiled C={goal_level} (after {measured.get('harness_retries')} "
+                                 f"retries): {reasons}")
+            # An invalid measurement never scores: recorded with its reasons, never ranked.
             outcome.failure = Failure("load", "invalid_measurement", reasons)
 
 

@@ -1,6 +1,8 @@
 """A run spoiled by the client's own lag is the harness's fault: measured again (fresh prompts),
 never the config's; a server's fault (a short reply) is not retried."""
 
+from dataclasses import replace
+
 from sweeper.loadgen.client import LevelRun, RequestSample
 from sweeper.loadgen.lag import LagStats
 from sweeper.loadgen.ladder import HARNESS_RETRIES, LoadPlan, run_ladder
@@ -16,7 +18,7 @@ def sample(start: float, tokens: int = 8) -> RequestSample:
 def sender(lags: list[float], tokens: int = 8):
     sent = []
 
-    def send(prompts, concurrency):
+    def send(prompts, concurrency, until=None):
         sent.append(prompts)
         lag = lags[min(len(sent) - 1, len(lags) - 1)]
         samples = [sample(0.031 * (i // concurrency), tokens) for i in range(len(prompts))]
@@ -45,3 +47,63 @@ def test_a_fault_of_the_server_is_not_retried():
     send, sent = sender([9.0], tokens=4)  # short replies, and the client lagged too
     levels, _ = run_ladder(PLAN, send)
     assert not levels[2]["valid"] and len(sent) == 1 and levels[2]["harness_retries"] == 0
+
+
+def turnaround_sender(gap_s: float, measured: bool = True):
+    """Two workers, each waiting gap_s between a request's end and its next send."""
+    sent = []
+
+    def send(prompts, concurrency, until=None):
+        sent.append(prompts)
+        rounds = len(prompts) // concurrency
+        samples, turnarounds = [], []
+        for worker in range(concurrency):
+            t = 0.0
+            for r in range(rounds):
+                s = sample(t)
+                samples.append(s)
+                if r:
+                    turnarounds.append(gap_s)
+                t = s.end + gap_s
+        return LevelRun(samples, 0.0, max(s.end for s in samples), LagStats(10, 0.1, 0.2, 0.3),
+                        turnarounds_s=turnarounds if measured else None)
+    return send, sent
+
+
+def test_concurrency_lost_to_the_clients_own_turnaround_is_a_harness_fault():
+    send, sent = turnaround_sender(0.02)
+    levels, _ = run_ladder(replace(PLAN, min_rounds=4), send)
+    level = levels[2]
+    assert len(sent) == HARNESS_RETRIES + 1 and level["harness_retries"] == HARNESS_RETRIES
+    [reason] = level["invalid_reasons"]
+    assert reason.startswith("client turnaround: achieved concurrency") and "out of flight" in reason
+    assert level["client_turnaround_concurrency"] > 0.4
+
+
+def test_concurrency_lost_where_the_client_was_not_the_cause_is_the_servers():
+    send, sent = turnaround_sender(0.02, measured=False)  # gaps the client's stamps do not show
+    levels, _ = run_ladder(replace(PLAN, min_rounds=4), send)
+    assert len(sent) == 1 and levels[2]["invalid_reasons"][0].startswith("achieved concurrency")
+
+
+def test_a_retry_pins_the_client_apart_from_a_local_server(tmp_path):
+    import os
+    import subprocess
+
+    from sweeper.loadgen.pinning import client_apart
+
+    allowed = os.sched_getaffinity(0)
+    server = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        with client_apart(server.pid) as note:
+            if len(allowed) < 2:
+                assert note == ""
+            else:
+                client_core = max(allowed)
+                assert os.sched_getaffinity(0) == {client_core}
+                assert client_core not in os.sched_getaffinity(server.pid)
+                assert f"client pinned to core {client_core}" in note and "server's 1 threads" in note
+        assert os.sched_getaffinity(0) == allowed and os.sched_getaffinity(server.pid) == allowed
+    finally:
+        server.kill()
+        server.wait()
