@@ -360,10 +360,12 @@ def _front_points(study: optuna.Study) -> list[tuple[int, float, float]]:
     return [(t.number, t.values[0], t.values[1]) for t in feasible_trials(study)]
 
 
-def enqueue_retry(study: optuna.Study, number: int, params: dict, user_attrs: dict) -> bool:
-    """Queue the config of a trial that failed for infrastructure reasons, at most MAX_RETRIES times."""
-    attempt = int(user_attrs.get("attempt", 0)) + 1
-    if attempt > MAX_RETRIES:
+def enqueue_retry(study: optuna.Study, number: int, params: dict, user_attrs: dict, counted: bool = True) -> bool:
+    """Queue the config of a trial that failed for infrastructure reasons, at most MAX_RETRIES times.
+    An uncounted retry (the controller died or was stopped: nothing the config did) keeps its
+    attempt number, so a config interrupted any number of times is still measured."""
+    attempt = int(user_attrs.get("attempt", 0)) + (1 if counted else 0)
+    if counted and attempt > MAX_RETRIES:
         return False
     carried = {k: user_attrs[k] for k in ("seed",) if k in user_attrs}
     study.enqueue_trial(params, user_attrs={**carried, "retry_of": number, "attempt": attempt})
@@ -469,6 +471,12 @@ def measured_values(study: optuna.Study) -> list[tuple[str, list[float] | None]]
 
 # ---------------------------------------------------------------- recovery after a dead controller
 
+def queued_params(trial: FrozenTrial) -> dict:
+    """The config a trial was to measure: its suggested params, or (killed before it suggested
+    any) the params it was queued with."""
+    return dict(trial.params) or dict(trial.system_attrs.get("fixed_params") or {})
+
+
 def recover_interrupted(study: optuna.Study, host: Host, grace_s: float) -> list[str]:
     """Stop servers left by a dead controller, mark its RUNNING trials failed, and queue every
     interrupted or infrastructure-failed trial for a re-run. Returns what was done."""
@@ -482,7 +490,8 @@ def recover_interrupted(study: optuna.Study, host: Host, grace_s: float) -> list
         notes.append(f"trial {t.number} was interrupted: marked failed")
     already = {t.user_attrs.get("retry_of") for t in study.get_trials(deepcopy=False)}
     for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
-        interrupted = t.user_attrs.get("interrupted") or t.user_attrs.get("infra_error")
-        if interrupted and t.number not in already and enqueue_retry(study, t.number, t.params, t.user_attrs):
+        interrupted = t.user_attrs.get("interrupted")
+        if ((interrupted or t.user_attrs.get("infra_error")) and t.number not in already
+                and enqueue_retry(study, t.number, queued_params(t), t.user_attrs, counted=not interrupted)):
             notes.append(f"trial {t.number} queued to run again")
     return notes
