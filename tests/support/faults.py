@@ -31,7 +31,7 @@ from tests.support.cli import Cli
 
 TRIAL_DONE = re.compile(r"-> trial (\d+):")
 TRIAL_STAGE = re.compile(r"trial (\d+): (C=\d+|[a-z_]+)")
-TRIAL_STAGES = ("preflight", "launch", "wait_ready", "check_output", "C=1", "C=4", "stop")
+TRIAL_STAGES = ("preflight", "launch", "wait_ready", "check_output", "load", "C=1", "C=4", "stop")  # LineEvents' lines
 
 
 class Session:
