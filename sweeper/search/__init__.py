@@ -9,6 +9,7 @@
 - trials.py    which stored trials count: evaluations, feasibility, the Pareto front, the best
 - pareto.py    dominance and the front (pure)
 - resume.py    a study remembers its space; resuming under an edited one is refused
+- leftovers.py servers a dead controller left, found by the launch intents the study holds (run token)
 - ablation.py  one lever at a time from a baseline, and finalist re-validation (pure)
 - stored.py    the one reader of what a study stored: its space, reference output, rejections, objective
 - reference.py how the reference outputs are chosen (a file, a seed, two agreeing configs)
