@@ -89,6 +89,7 @@ def check_after_resume(cli, name: str, run) -> list:
     return trials
 
 
+@pytest.mark.timeout(900)  # about 2 minutes here; at load 12 on the 2 cores it ran past 5
 def test_sigkill_at_20_moments_then_resume_matches_an_uninterrupted_run(cli):
     (cli.workdir / "faults.yaml").write_text(FAULT_SPACE)
     calm = cli.run("sweep", "faults.yaml", "--study", "calm", "--seed", SEED)
@@ -113,6 +114,7 @@ def test_sigkill_at_20_moments_then_resume_matches_an_uninterrupted_run(cli):
     print(f"winner {storm_best.params}: {storm_best.value:.2f} tok/s (uninterrupted: {calm_best.value:.2f})")
 
 
+@pytest.mark.timeout(900)  # about 80 s here
 def test_sigkill_between_spawn_and_record_over_ssh_then_resume_stops_the_server(ssh_cli):
     """The bug as found on a real host: killed after the host spawned the server, before the study
     recorded it; `resume` finds it by its token on the host and stops it before the retry launches."""
