@@ -32,6 +32,7 @@ from sweeper.spec.space import Space, gpu_count_of
 from sweeper.errors import InfraError, UserError
 from sweeper.hosts import Host, ServerProcess
 from sweeper.fleet.leases import LeaseBook, LeaseKeeper, slot_name
+from sweeper.search.leftovers import stop_leftover_servers
 from sweeper.search.trials import is_evaluation
 from sweeper.search.samplers import build_sampler
 from sweeper.spec.rules import excluded_by_rule, violated_constraints
@@ -111,8 +112,8 @@ def retry_stale_trial(study: optuna.Study, trial: FrozenTrial) -> None:
 def recover_shared(study: optuna.Study, book: LeaseBook, host: Host, host_name: str, grace_s: float) -> list[str]:
     """On a worker's start: fail stale RUNNING trials (retry_stale_trial queues them again), queue
     trials a Ctrl-C interrupted (once, under the study lock), and stop the servers failed trials left
-    on this host. stop_group signals only a process whose start time and run token match the record,
-    so a server that already exited or a reused PID is never touched."""
+    on this host (found by run token: sweeper/search/leftovers.py; only a process carrying it is
+    signalled, so a server that already exited or a reused PID is never touched)."""
     fail_stale(study)
     notes = []
     with book.study_lock(study.study_name):
@@ -122,12 +123,10 @@ def recover_shared(study: optuna.Study, book: LeaseBook, host: Host, host_name: 
             if (t.state == TrialState.FAIL and t.user_attrs.get("interrupted") and t.number not in retried
                     and enqueue_retry(study, t.number, t.params, t.user_attrs)):
                 notes.append(f"interrupted trial {t.number} queued to run again")
-    for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
-        proc = t.user_attrs.get("process")
-        if proc and proc.get("host") == host_name:
-            report = host.stop_group(ServerProcess.from_dict(proc), grace_s)
-            if report.was_running:
-                notes.append(f"stopped the server of dead trial {t.number} (pgid {proc['pgid']}, {report.signal})")
+    # Found by the launch intents (written before each spawn), so a worker killed between its
+    # spawn and the record of it leaves no server either; live workers' trials are RUNNING, not FAIL.
+    notes += [note.replace("server of trial", "server of dead trial") for note in stop_leftover_servers(
+        host, study.get_trials(deepcopy=False, states=(TrialState.FAIL,)), grace_s)]
     return notes
 
 

@@ -1,7 +1,8 @@
 """Hosts by transport: one host algorithm, the transports differ in primitives only.
 
 - base.py: the Host protocol and its records; AgentHost, the methods both transports share
-- agent.py: the host half, stdlib only: group members, stop, alive, port probe, process details
+- agent.py: the host half, stdlib only: group members, stop, alive, port probe, process details,
+  finding the servers of launch intents by their run token
   (LocalHost calls it in process; SSHHost ships it with procfs.py and runs it on the host)
 - procfs.py: reading /proc (shipped with the agent)
 - local.py, ssh.py: the transports: how to run a command, start a server, read its log, reach it

@@ -124,6 +124,39 @@ def stop_group(proc: dict, grace_s: float) -> dict:
             "left_behind": group_members(proc)[0], "skipped_foreign": foreign}
 
 
+def find_servers(intents: list) -> list:
+    """The live groups holding a process that carries one of the intents' tokens: every process
+    on the host is looked at (the token is in its environment from its first instruction on, so a
+    server whose launch was never recorded is found too). The group's main process is the one
+    the launch's process.json names when it is there (the session leader otherwise)."""
+    by_token = {intent["token"]: intent for intent in intents}
+    found: dict = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        token = environ_value(read_environ(int(entry)), TOKEN_VAR)
+        stat = read_stat(int(entry)) if token in by_token else None
+        if stat and stat.running and stat.pgid not in found:
+            found[stat.pgid] = _group_record(stat, by_token[token])
+    return list(found.values())
+
+
+def _group_record(member, intent: dict) -> dict:
+    run_dir = os.path.expanduser(intent["run_dir"])
+    main = read_stat(member.pgid)
+    try:
+        with open(os.path.join(run_dir, "process.json")) as source:
+            written = json.load(source)
+        if written.get("pgid") == member.pgid:
+            main = read_stat(int(written["pid"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # killed before process.json was written: the session leader is the main process
+    if not (main and main.running and main.pgid == member.pgid):
+        main = member
+    return {"pid": main.pid, "pgid": member.pgid, "start_ticks": main.start_ticks, "token": intent["token"],
+            "log_path": os.path.join(run_dir, "server.log")}
+
+
 def process_details(pids: list) -> dict:
     """Group, start time, command line and run token of the live ones of `pids`, by str(pid)."""
     details = {}
@@ -211,6 +244,7 @@ OPS = {
     "port_free": lambda req: {"free": port_is_free(req["port"])},
     "listens": op_listens,
     "details": lambda req: {"details": process_details(req["pids"])},
+    "find": lambda req: {"found": find_servers(req["intents"])},
     "gpu": op_gpu,
 }
 

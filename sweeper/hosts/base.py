@@ -31,6 +31,24 @@ class ServerProcess:
 
 
 @dataclass(frozen=True)
+class LaunchIntent:
+    """What a launch will start, written into the study BEFORE the host spawns anything: the run
+    token the server will carry and the folder on the host where its process.json lands. A later
+    controller finds the server by them whatever the moment its predecessor died (find_servers)."""
+
+    host: str
+    token: str
+    run_dir: str  # on the host
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "LaunchIntent":
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
 class CommandResult:
     """A short command run on a host; raising from it shows argv, exit code and output tails."""
 
@@ -77,8 +95,18 @@ class Host(Protocol):
         """`python -c source` with the host's python (site-packages on), fed stdin."""
         ...
 
+    def launch_intent(self, cwd: str, token: str) -> LaunchIntent:
+        """Where a server started with `cwd` and `token` will run (pure: nothing is spawned)."""
+        ...
+
     def start_detached(self, argv: Sequence[str], env: Mapping[str, str], cwd: str,
                        log_path: str, token: str) -> ServerProcess: ...
+
+    def find_servers(self, intents: Sequence[LaunchIntent]) -> list[ServerProcess]:
+        """The live server groups of these intents: processes carrying an intent's token in their
+        environment, and the group named by the process.json in its run folder if that group still
+        holds a process with the token. One per group found."""
+        ...
 
     def is_alive(self, proc: ServerProcess) -> bool:
         """The server's main process is running (not exited, not a zombie)."""
@@ -146,6 +174,12 @@ class AgentHost:
         answer = self._agent("stop", {"proc": proc.to_dict(), "grace_s": grace_s}, timeout_s=grace_s + 60)
         return StopReport(answer["was_running"], answer["signal"], answer["seconds"],
                           tuple(answer["left_behind"]), tuple(answer["skipped_foreign"]))
+
+    def find_servers(self, intents: Sequence[LaunchIntent]) -> list[ServerProcess]:
+        if not intents:
+            return []
+        answer = self._agent("find", {"intents": [i.to_dict() for i in intents]})
+        return [ServerProcess.from_dict({**found, "host": self.name}) for found in answer["found"]]
 
     def port_is_free(self, port: int) -> bool:
         return self._agent("port_free", {"port": port})["free"]

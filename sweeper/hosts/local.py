@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 
 from sweeper.spec.hosts import HostSpec
 from sweeper.hosts.agent import OPS, TOKEN_VAR, process_record, read_chunk, run_command, spawn_in_session
-from sweeper.hosts.base import AgentHost, CommandResult, ServerProcess
+from sweeper.hosts.base import AgentHost, CommandResult, LaunchIntent, ServerProcess
 
 READ_CHUNK = 64 * 1024 * 1024
 
@@ -38,6 +38,9 @@ class LocalHost(AgentHost):
         argv = (self.python(), "-c", source)
         done = run_command(list(argv), dict(self.spec.env), timeout_s, stdin.decode())
         return CommandResult(argv[:2] + ("<program>",), done["returncode"], done["stdout"], done["stderr"])
+
+    def launch_intent(self, cwd: str, token: str) -> LaunchIntent:
+        return LaunchIntent(host=self.name, token=token, run_dir=cwd)  # process.json: launch.py writes it there
 
     def start_detached(self, argv: Sequence[str], env: Mapping[str, str], cwd: str,
                        log_path: str, token: str) -> ServerProcess:

@@ -33,7 +33,7 @@ import paramiko
 from sweeper.spec.hosts import HostSpec
 from sweeper.errors import InfraError, UserError
 from sweeper.hosts.agent import TOKEN_VAR, build_agent_source
-from sweeper.hosts.base import AgentHost, CommandResult, ServerProcess, StopReport
+from sweeper.hosts.base import AgentHost, CommandResult, LaunchIntent, ServerProcess, StopReport
 from sweeper.hosts.forward import LocalForward
 from sweeper.hosts.launch_script import build_env_json, build_launch_script, build_remote_run_dir
 from sweeper.hosts.ssh_config import Target, read_ssh_config, resolve_target
@@ -347,11 +347,14 @@ class SSHHost(AgentHost):
 
     # ---- the Host protocol ----
 
+    def launch_intent(self, cwd: str, token: str) -> LaunchIntent:
+        return LaunchIntent(host=self.name, token=token, run_dir=build_remote_run_dir(self.spec.work_dir, cwd))
+
     def start_detached(self, argv: Sequence[str], env: Mapping[str, str], cwd: str,
                        log_path: str, token: str) -> ServerProcess:
         full_env = {**env, TOKEN_VAR: token}
         answer = self._agent("start", {
-            "run_dir": build_remote_run_dir(self.spec.work_dir, cwd),
+            "run_dir": self.launch_intent(cwd, token).run_dir,
             "script": build_launch_script(argv, full_env),
             "env_json": build_env_json(full_env),
             "env": full_env,

@@ -14,11 +14,13 @@ import optuna
 from sweeper.engines import get_engine
 from sweeper.errors import UserError
 from sweeper.hosts import Host, ServerProcess, open_host
+from sweeper.hosts.base import LaunchIntent
 from sweeper.profile.report import build_profile_record, build_profile_summary, format_profile_text
 from sweeper.profile.run import ProfileContext, ProfileRequest, profile_config, relative_paths
 from sweeper.profile.trace import (
     TraceError, group_shares, is_trace_file, load_trace, summarize_traces,
 )
+from sweeper.search.leftovers import intent_of_record, stop_found_servers
 from sweeper.search.reference import reference_samples
 from sweeper.search.trials import best_trial
 from sweeper.search.configs import with_derived
@@ -26,6 +28,7 @@ from sweeper.search.study import controller_alive, controller_identity, host_spe
 from sweeper.search.stored import parse_stored_space
 
 PROFILE_SERVER_ATTR = "profile_server"  # the server a running `sweeper profile` started
+PROFILE_INTENT_ATTR = "profile_launch_intent"  # its launch intent, written before the spawn
 PROFILE_ATTR_PREFIX = "profile:"  # + trial number: the latest profile's summary, kept in the study
 
 
@@ -84,6 +87,13 @@ def profile_study_trial(study: optuna.Study, results: Path, hosts_path: Path, nu
     try:
         _stop_leftover_profile_server(study, host, space.launch.stop_grace_s, on_step)
 
+        def intended(intent: LaunchIntent) -> None:
+            study.set_user_attr(PROFILE_INTENT_ATTR, intent.to_dict())  # found by its token whenever we die
+
+        def stopped(proc: ServerProcess) -> None:
+            study.set_user_attr(PROFILE_SERVER_ATTR, None)
+            study.set_user_attr(PROFILE_INTENT_ATTR, None)
+
         def started(proc: ServerProcess) -> None:
             study.set_user_attr(PROFILE_SERVER_ATTR, proc.to_dict())  # found again after a crash
 
@@ -93,9 +103,9 @@ def profile_study_trial(study: optuna.Study, results: Path, hosts_path: Path, nu
         ctx = ProfileContext(
             space=space, engine=get_engine(space.engine), host=host, host_spec=host_spec,
             profile_dir=trial_dir / "profile", reference_samples=reference_samples(study), known_servers=known,
-            known_flags=installed_flags(study, space, host), on_started=started,
+            known_flags=installed_flags(study, space, host), on_intent=intended, on_started=started,
             engine_version=str(study.user_attrs.get("engine_version") or ""),
-            on_stopped=lambda proc: study.set_user_attr(PROFILE_SERVER_ATTR, None), on_step=on_step)
+            on_stopped=stopped, on_step=on_step)
         started_at = time.time()
         run = profile_config(ctx, config, ProfileRequest(concurrency=level, seconds=seconds))
     finally:
@@ -119,14 +129,18 @@ def profile_study_trial(study: optuna.Study, results: Path, hosts_path: Path, nu
 
 def _stop_leftover_profile_server(study: optuna.Study, host: Host, grace_s: float,
                                   on_step: Callable[[str], None]) -> None:
-    """A profile whose controller died leaves its server recorded: stop it (only if it is ours:
-    stop_group signals only processes that carry its run token)."""
-    leftover = study.user_attrs.get(PROFILE_SERVER_ATTR)
-    if leftover and leftover.get("host") == study.user_attrs.get("host_name"):
-        report = host.stop_group(ServerProcess.from_dict(leftover), grace_s)
-        if report.was_running:
-            on_step(f"stopped the server an interrupted profile left (pgid {leftover['pgid']})")
-        study.set_user_attr(PROFILE_SERVER_ATTR, None)
+    """A profile whose controller died leaves its launch intent (and maybe its server) recorded:
+    stop that server, found by its run token (only processes that carry it are signalled)."""
+    attrs, host_name = study.user_attrs, study.user_attrs.get("host_name")
+    intents = [build(data) for data, build in ((attrs.get(PROFILE_INTENT_ATTR), LaunchIntent.from_dict),
+                                               (attrs.get(PROFILE_SERVER_ATTR), intent_of_record))
+               if data and data.get("host") == host_name]
+    if not intents:
+        return
+    for proc in stop_found_servers(host, intents, grace_s):
+        on_step(f"stopped the server an interrupted profile left (pgid {proc.pgid})")
+    study.set_user_attr(PROFILE_SERVER_ATTR, None)
+    study.set_user_attr(PROFILE_INTENT_ATTR, None)
 
 
 def trace_files_in(paths: list[Path]) -> list[Path]:

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from sweeper.engines.base import Engine
 from sweeper.errors import UserError
-from sweeper.hosts.base import Host, ServerProcess, StopReport
+from sweeper.hosts.base import Host, LaunchIntent, ServerProcess, StopReport
 from sweeper.loadgen.client import run_level
 from sweeper.loadgen.ladder import LoadPlan, build_prompts
 from sweeper.profile.control import (
@@ -60,6 +60,7 @@ class ProfileContext:
     known_servers: Callable[[], list[ServerProcess]] = lambda: []
     known_flags: Mapping[str, list[str] | None] | None = None
     engine_version: str = ""  # the installed engine's version (how its profiler is switched on)
+    on_intent: Callable[[LaunchIntent], None] = lambda intent: None  # before the spawn
     on_started: Callable[[ServerProcess], None] = lambda proc: None
     on_stopped: Callable[[ServerProcess], None] = lambda proc: None
     on_step: Callable[[str], None] = lambda message: None
@@ -145,7 +146,7 @@ def _trial_context(ctx: ProfileContext) -> TrialContext:
 
     return TrialContext(space=ctx.space, engine=ctx.engine, host=ctx.host, host_spec=ctx.host_spec,
                         trial_dir=ctx.profile_dir, reference_samples=ctx.reference_samples, on_stage=on_stage,
-                        on_started=ctx.on_started, known_servers=ctx.known_servers, known_flags=ctx.known_flags)
+                        on_intent=ctx.on_intent, on_started=ctx.on_started, known_servers=ctx.known_servers, known_flags=ctx.known_flags)
 
 
 def _stopped(ctx: ProfileContext, warnings: list[str], proc: ServerProcess, report: StopReport) -> None:

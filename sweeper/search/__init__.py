@@ -9,6 +9,7 @@
 - trials.py    which stored trials count: evaluations, feasibility, the Pareto front, the best
 - pareto.py    dominance and the front (pure)
 - resume.py    a study remembers its space; resuming under an edited one is refused
+- leftovers.py servers a dead controller left, found by the launch intents the study holds (run token)
 - ablation.py  one lever at a time from a baseline, and finalist re-validation (pure)
 - confidence.py a trial's 95% CI, ties with #1 (Welch, else overlap), repeats to detect a change (pure)
 - stored.py    the one reader of what a study stored: its space, reference output, rejections, objective

@@ -23,9 +23,11 @@ from sweeper.engines import installed
 from sweeper.engines.versions import deprecation_warnings
 from sweeper.errors import InfraError, PortClash, UserError
 from sweeper.hosts import Host, ServerProcess
+from sweeper.hosts.base import LaunchIntent
 from sweeper.hosts.gpu import MODEL_QUERY, GpuParseError, format_gpu_model
 from sweeper.trial.gate import OutputSample
 from sweeper.hosts.procfs import process_alive, read_stat
+from sweeper.search.leftovers import INTENT_ATTR, build_intent_attr, stop_leftover_servers
 from sweeper.search.pareto import dominated_verdict
 from sweeper.search.reference import reference_samples, settle_reference as settle, use_reference_file
 from sweeper.search.record import constraint_values, judge_level, objective_values, outcome_attrs
@@ -261,7 +263,8 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents,
             with gate.hold(trial, config) if gate is not None else nullcontext(handle.host_spec) as host_spec:
                 ctx = TrialContext(space=space, engine=engine, host=host, host_spec=host_spec,
                                    trial_dir=trial_dir, reference_samples=reference_samples(study),
-                                   on_stage=watch.on_stage, on_started=watch.on_started, on_level=watch.on_level,
+                                   on_stage=watch.on_stage, on_intent=watch.on_intent, on_started=watch.on_started,
+                                   on_level=watch.on_level,
                                    known_servers=lambda: study_servers(study, handle.host_name),
                                    known_flags=known_flags,
                                    avoid_ports=frozenset(trial.user_attrs.get("avoid_ports", ())))
@@ -295,6 +298,9 @@ class TrialWatch:
     def on_stage(self, stage: str) -> None:
         self.trial.set_user_attr("stage", stage)
         self.events.stage(self.trial.number, stage)
+
+    def on_intent(self, intent: LaunchIntent) -> None:
+        self.trial.set_user_attr(INTENT_ATTR, build_intent_attr(intent, self.trial.number))
 
     def on_started(self, proc: ServerProcess) -> None:
         self.trial.set_user_attr("process", proc.to_dict())
@@ -364,10 +370,12 @@ def retry_attrs(exc: InfraError, user_attrs: dict) -> dict:
     return {}
 
 
-def enqueue_retry(study: optuna.Study, number: int, params: dict, user_attrs: dict) -> bool:
-    """Queue the config of a trial that failed for infrastructure reasons, at most MAX_RETRIES times."""
-    attempt = int(user_attrs.get("attempt", 0)) + 1
-    if attempt > MAX_RETRIES:
+def enqueue_retry(study: optuna.Study, number: int, params: dict, user_attrs: dict, counted: bool = True) -> bool:
+    """Queue the config of a trial that failed for infrastructure reasons, at most MAX_RETRIES times.
+    An uncounted retry (the controller died or was stopped: nothing the config did) keeps its
+    attempt number, so a config interrupted any number of times is still measured."""
+    attempt = int(user_attrs.get("attempt", 0)) + (1 if counted else 0)
+    if counted and attempt > MAX_RETRIES:
         return False
     carried = {k: user_attrs[k] for k in ("seed", "avoid_ports") if k in user_attrs}
     study.enqueue_trial(params, user_attrs={**carried, "retry_of": number, "attempt": attempt})
@@ -473,22 +481,27 @@ def measured_values(study: optuna.Study) -> list[tuple[str, list[float] | None]]
 
 # ---------------------------------------------------------------- recovery after a dead controller
 
+def queued_params(trial: FrozenTrial) -> dict:
+    """The config a trial was to measure: its suggested params, or (killed before it suggested
+    any) the params it was queued with."""
+    return dict(trial.params) or dict(trial.system_attrs.get("fixed_params") or {})
+
+
 def recover_interrupted(study: optuna.Study, host: Host, grace_s: float) -> list[str]:
     """Stop servers left by a dead controller, mark its RUNNING trials failed, and queue every
     interrupted or infrastructure-failed trial for a re-run. Returns what was done."""
-    notes = []
+    # Every launch's intent is in the study before its spawn: a server is found by its run token
+    # whatever the moment its controller died (one scan of the host for all of them).
+    notes = stop_leftover_servers(host, study.get_trials(deepcopy=False), grace_s)
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if proc := t.user_attrs.get("process"):
-            report = host.stop_group(ServerProcess.from_dict(proc), grace_s)
-            if report.was_running:
-                notes.append(f"stopped the server of trial {t.number} (pgid {proc['pgid']}, {report.signal})")
         # Optuna has no public setter for another process's trial attrs; the storage API is stable.
         study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
         study.tell(t.number, state=TrialState.FAIL)
         notes.append(f"trial {t.number} was interrupted: marked failed")
     already = {t.user_attrs.get("retry_of") for t in study.get_trials(deepcopy=False)}
     for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
-        interrupted = t.user_attrs.get("interrupted") or t.user_attrs.get("infra_error")
-        if interrupted and t.number not in already and enqueue_retry(study, t.number, t.params, t.user_attrs):
+        interrupted = t.user_attrs.get("interrupted")
+        if ((interrupted or t.user_attrs.get("infra_error")) and t.number not in already
+                and enqueue_retry(study, t.number, queued_params(t), t.user_attrs, counted=not interrupted)):
             notes.append(f"trial {t.number} queued to run again")
     return notes

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from sweeper.engines.base import Engine
-from sweeper.hosts.base import Host, ServerProcess
+from sweeper.hosts.base import Host, LaunchIntent, ServerProcess
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import Space
 from sweeper.trial.gate import OutputSample
@@ -50,6 +50,8 @@ class TrialContext:
     trial_dir: Path
     reference_samples: Sequence[OutputSample] | None = None  # the study's reference outputs
     on_stage: Callable[[str], None] = lambda stage: None
+    # Called before the spawn: must have stored the intent when it returns (recovery reads it).
+    on_intent: Callable[[LaunchIntent], None] = lambda intent: None
     on_started: Callable[[ServerProcess], None] = lambda proc: None
     # Judges each measured level; a Failure returned stops the ladder (SLO broken, abandoned).
     on_level: Callable[[int, dict], "Failure | None"] = lambda level, metrics: None

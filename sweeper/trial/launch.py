@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from sweeper.engines.base import EngineInfo, LaunchSpec, classify_log
 from sweeper.engines.flags import flag_problems
 from sweeper.errors import InfraError, PortClash
-from sweeper.hosts.base import Host, ServerProcess, StopReport
+from sweeper.hosts.base import Host, LaunchIntent, ServerProcess, StopReport
 from sweeper.hosts.gate import check_gpus_before_launch, wait_gpus_released
 from sweeper.hosts.gpu import GpuSnapshot, gpus_needed
 from sweeper.loadgen.client import LoadgenError, complete, get_status
@@ -151,7 +151,7 @@ def _start_checked(ctx: TrialContext, config: Mapping[str, Any], outcome: TrialO
         return None
     ctx.host.take_disruption()  # only a connection drop during this launch makes it an infra fault
     with timer("launch"):
-        proc = launch(ctx.host, spec, ctx.trial_dir)
+        proc = launch(ctx.host, spec, ctx.trial_dir, ctx.on_intent)
         outcome.launched = True
         ctx.on_started(proc)
     return proc, port, gpu_baseline, tuple(spec.argv)
@@ -236,10 +236,16 @@ def write_launch_files(trial_dir: Path, spec: LaunchSpec) -> None:
     (trial_dir / "argv.json").write_text(json.dumps(list(spec.argv), indent=2))
 
 
-def launch(host: Host, spec: LaunchSpec, trial_dir: Path) -> ServerProcess:
+def launch(host: Host, spec: LaunchSpec, trial_dir: Path,
+           on_intent: Callable[[LaunchIntent], None] = lambda intent: None) -> ServerProcess:
+    """Intent before action: `on_intent` records the run token and run folder (in the study)
+    before anything is spawned, so a controller killed at any moment after leaves a server that
+    the next one finds by its token (recovery.stop_leftover_servers)."""
     write_launch_files(trial_dir, spec)
+    token = uuid.uuid4().hex
+    on_intent(host.launch_intent(str(trial_dir), token))
     proc = host.start_detached(spec.argv, spec.env, cwd=str(trial_dir),
-                               log_path=str(trial_dir / "server.log"), token=uuid.uuid4().hex)
+                               log_path=str(trial_dir / "server.log"), token=token)
     (trial_dir / "process.json").write_text(json.dumps(proc.to_dict(), indent=2))
     return proc
 

@@ -4,6 +4,7 @@ the real sshd as its host (the code behind them is in tests/support/)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import yaml
 
 from sweeper.models.random_gguf import write_random_gguf
 from tests.support.cli import SECRETS, Cli, stop_recorded_group
+from tests.support.faults import servers_left
 from tests.support.paths import DEMO_SPACE, ROOT
 from tests.support.spaces import ONE_SEED_SPACE, TINY_SPACE
 
@@ -25,6 +27,11 @@ def cli(tmp_path) -> Cli:
     # holding ports for the tests after it: stop every recorded group still carrying its token.
     for record in tmp_path.rglob("process.json"):
         stop_recorded_group(json.loads(record.read_text()))
+    for pid, token in servers_left(tmp_path):  # spawned, never recorded (a kill in the launch stage)
+        try:
+            stop_recorded_group({"pgid": os.getpgid(pid), "token": token})
+        except ProcessLookupError:
+            pass
 
 
 @pytest.fixture

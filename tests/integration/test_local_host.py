@@ -154,3 +154,23 @@ def test_a_port_whose_old_connections_sit_in_time_wait_is_free(host):
 def test_run_python_feeds_stdin_to_the_hosts_python(host):
     result = host.run_python("import sys; print(sys.stdin.read()[::-1])", b"abc", 30)
     assert (result.returncode, result.stdout, result.argv[1:]) == (0, "cba\n", ("-c", "<program>"))
+
+
+def test_a_server_is_found_by_its_launch_intent_alone_and_stopped(host, tmp_path):
+    """A controller killed between the spawn and the record of it knows only its intent (token and
+    run folder): that finds the group, main process first; another token finds nothing."""
+    ours, other = tmp_path / "ours", tmp_path / "other"
+    proc = start(host, ours, token="tok-ours")
+    stranger = start(host, other, code="import time\nwhile True: time.sleep(0.1)", token="tok-other")
+    try:
+        wait_for(lambda: len(host.owned_members(proc)) == 3)
+        found = host.find_servers([host.launch_intent(str(ours), "tok-ours"),
+                                   host.launch_intent(str(tmp_path / "never"), "tok-never-started")])
+        assert [(f.pid, f.pgid, f.start_ticks, f.token) for f in found] == [
+            (proc.pid, proc.pgid, proc.start_ticks, "tok-ours")]
+        assert found[0].log_path == str(ours / "server.log")
+        report = host.stop_group(found[0], grace_s=0.5)
+        assert report.was_running and live_group_members(proc.pgid) == []
+        assert host.is_alive(stranger)  # not ours by token: never touched
+    finally:
+        os.killpg(stranger.pgid, signal.SIGKILL)

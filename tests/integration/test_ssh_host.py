@@ -351,3 +351,23 @@ def test_adversarial_values_reach_argv_verbatim(host, tmp_path, values, env_valu
     assert got_env == env_value + "$(touch " + str(canary) + ")"
     assert not canary.exists()
     host.stop_group(proc, 1)
+
+
+def test_a_server_whose_start_was_never_recorded_is_found_by_its_token(host, tmp_path):
+    """The agent scans the host for the token (the launch's process.json may never have been
+    written: the controller died first); the found group is stopped, another token's is not."""
+    proc = start(host, tmp_path, [sys.executable, "-c", STUBBORN], token="tok-ours")
+    other = start(host, tmp_path, [sys.executable, "-c", "import time\nwhile True: time.sleep(0.1)"], n=1,
+                  token="tok-other")
+    try:
+        wait_for(lambda: len(host.owned_members(proc)) == 3)
+        (tmp_path / "work" / "st" / "0" / "process.json").unlink()
+        intent = host.launch_intent(str(trial_dir(tmp_path)), "tok-ours")
+        assert intent.run_dir == str(tmp_path / "work" / "st" / "0")
+        found = host.find_servers([intent])
+        assert [(f.pid, f.pgid, f.token) for f in found] == [(proc.pid, proc.pgid, "tok-ours")]
+        report = host.stop_group(found[0], grace_s=0.5)
+        assert report.was_running and live_group_members(proc.pgid) == []
+        assert host.is_alive(other)
+    finally:
+        host.stop_group(other, grace_s=0.5)

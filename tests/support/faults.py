@@ -1,0 +1,349 @@
+"""Fault injection for the CLI: SIGKILL a command at chosen moments, resume it each time, and
+what must hold after (no server left, each trial once, nothing measured twice).
+
+`kill_and_resume(cli, start, resume, moments)` starts `start`, waits for the first moment, kills
+the controller's process group with SIGKILL (as a crash of the machine's controller would), then
+starts `resume` and waits for the next moment, and so on; after the last moment `resume` runs to
+its end. A moment is any object with `wait(session) -> str | None` (what the kill hit, or None when
+the command ended first), so a command with other phases plugs in its own moments: `AtLine`
+matches any progress line. `sweep_moments` builds a seeded plan over a sweep's trials.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import random
+import re
+import signal
+import sqlite3
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, Sequence
+
+from sweeper.hosts.agent import TOKEN_VAR
+from sweeper.hosts.procfs import environ_value, read_environ, read_stat
+from tests.support.cli import Cli
+
+TRIAL_DONE = re.compile(r"-> trial (\d+):")
+TRIAL_STAGE = re.compile(r"trial (\d+): (C=\d+|[a-z_]+)")
+TRIAL_STAGES = ("preflight", "launch", "wait_ready", "check_output", "load", "C=1", "C=4", "stop")  # LineEvents' lines
+
+
+class Session:
+    """One run of the command: the process, and its stdout lines as they come."""
+
+    def __init__(self, proc: subprocess.Popen, study_db: Path):
+        self.proc, self.study_db = proc, study_db
+        self.lines: list[str] = []
+        self._queue: queue.Queue = queue.Queue()
+        self.started = time.monotonic()
+        self.stderr: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=lambda: self.stderr.extend(proc.stderr), daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self._queue.put(line.rstrip("\n"))
+        self._queue.put(None)
+
+    def next_line(self, timeout_s: float = 300.0) -> str | None:
+        """The next stdout line; None once the command has ended."""
+        line = self._queue.get(timeout=timeout_s)
+        if line is not None:
+            self.lines.append(line)
+        return line
+
+    def transcript(self) -> str:
+        return "\n".join(self.lines + self.stderr[-20:])
+
+    def trials_done(self) -> int:
+        return sum(1 for line in self.lines if TRIAL_DONE.search(line))
+
+
+class Moment(Protocol):
+    def wait(self, session: Session) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class AtLine:
+    """After `after` lines matching `count` in this session, the first line matching `pattern`,
+    then `delay_s`; the end of a trial (TRIAL_DONE) stands in when the pattern does not come."""
+
+    pattern: str
+    count: str = TRIAL_DONE.pattern
+    after: int = 0
+    delay_s: float = 0.0
+
+    def wait(self, session: Session) -> str | None:
+        counted = 0
+        while (line := session.next_line()) is not None:
+            if counted >= self.after and (re.search(self.pattern, line) or TRIAL_DONE.search(line)):
+                time.sleep(self.delay_s)
+                return f"{line.strip()} +{self.delay_s:.2f}s"
+            counted += bool(re.search(self.count, line))
+        return None
+
+
+@dataclass(frozen=True)
+class AtStage:
+    """After `after` trials finished in this session, the `n`-th stage line of a trial (1:
+    preflight, 2: launch, ... in TRIAL_STAGES order), or its stop line if it stops sooner (a
+    failed config skips the load), then `delay_s`. A trial that launches nothing (a constraint)
+    is let finish."""
+
+    n: int
+    after: int = 0
+    delay_s: float = 0.0
+
+    def wait(self, session: Session) -> str | None:
+        finished, seen = 0, 0
+        while (line := session.next_line()) is not None:
+            if TRIAL_DONE.search(line):
+                finished, seen = finished + 1, 0
+            elif (stage := TRIAL_STAGE.search(line)) and finished >= self.after:
+                seen += 1
+                if seen >= self.n or stage.group(2) == "stop":
+                    time.sleep(self.delay_s)
+                    return f"{line.strip()} +{self.delay_s:.2f}s"
+        return None
+
+
+@dataclass(frozen=True)
+class AfterStart:
+    """`delay_s` after the command started: during its start-up and recovery."""
+
+    delay_s: float
+
+    def wait(self, session: Session) -> str | None:
+        time.sleep(max(0.0, self.delay_s - (time.monotonic() - session.started)))
+        return None if session.proc.poll() is not None else f"{self.delay_s:.2f}s after start"
+
+
+@dataclass(frozen=True)
+class BetweenSpawnAndRecord:
+    """Inside the launch stage, after the host spawned the server and before the study recorded
+    it: once the study shows a trial's launch intent, its storage is locked (the controller blocks
+    on its next write, the record of the process), the server carrying the intent's token is
+    awaited, and the controller is killed. `after` trials are let finish first. A launch whose
+    record came before the lock is let go, and the next launch tried."""
+
+    after: int = 0
+    tries: int = 5
+
+    def wait(self, session: Session) -> str | None:
+        for _ in range(self.tries):
+            if (found := self._next_intent(session)) is None:
+                return None
+            number, token = found
+            with _locked(session.study_db) as db:
+                if _has_attr(db, number, "process"):
+                    continue  # recorded before we locked: too late for this launch
+                if _wait_token_process(token, session.proc):
+                    return f"trial {number}: spawned (token {token[:8]}), not recorded"
+                return None
+        return None
+
+    def _next_intent(self, session: Session) -> tuple[int, str] | None:
+        while session.trials_done() < self.after:
+            if session.next_line() is None:
+                return None
+        seen = _intents(session.study_db)
+        while session.proc.poll() is None:
+            for number, token in _intents(session.study_db).items():
+                if number not in seen and not _process_recorded(session.study_db, number):
+                    return number, token
+            time.sleep(0.002)
+        return None
+
+
+@dataclass
+class Kill:
+    moment: str
+    hit: str
+
+
+@dataclass
+class FaultRun:
+    kills: list[Kill] = field(default_factory=list)
+    final: subprocess.CompletedProcess | None = None
+    outputs: list[str] = field(default_factory=list)  # each session's stdout
+
+
+def kill_and_resume(cli: Cli, start: Sequence[str], resume: Sequence[str], moments: Sequence[Moment],
+                    study_db: Path, final_timeout_s: float = 300) -> FaultRun:
+    """Run `start`, SIGKILL it at the first moment, run `resume` and kill it at the next, ...; then
+    `resume` to its end. Stops early (fewer kills) if a command ends before its moment."""
+    run = FaultRun()
+    argv = start
+    for moment in moments:
+        session = Session(cli.start(*argv), study_db)
+        try:
+            hit = moment.wait(session)
+            if hit is None:
+                session.proc.wait(60)
+                run.outputs.append(session.transcript())
+                break
+            os.killpg(session.proc.pid, signal.SIGKILL)
+            session.proc.wait(30)
+            run.kills.append(Kill(type(moment).__name__, hit))
+            run.outputs.append(session.transcript())
+        finally:
+            if session.proc.poll() is None:
+                os.killpg(session.proc.pid, signal.SIGKILL)
+                session.proc.wait(30)
+        argv = resume
+    run.final = cli.run(*resume, timeout=final_timeout_s)
+    return run
+
+
+@dataclass
+class SweepPlan:
+    """Kills spread over a sweep of `budget` evaluations, decided as the run goes (the sweep's
+    order after a resume is not known in advance): a session lets one more evaluation finish
+    before its kill about as often as needed to reach the last evaluation at the last kill, then
+    kills at a random stage of a trial plus a random delay. Near the end only stages that cannot
+    run past the record of the trial are chosen, so every kill still finds work to interrupt."""
+
+    rng: random.Random
+    kills: int  # the plan's own (the other moments are not its)
+    budget: int
+    done: int = 0  # moments used
+
+    def next_moment(self, session: Session) -> Moment:
+        remaining = self.budget - evaluations(session.study_db)
+        left = self.kills - self.done
+        self.done += 1
+        finish = remaining >= 2 and self.rng.random() < (remaining - 1) / max(left, 1)
+        roomy = remaining - finish >= 2  # an overrun into the trial's record still leaves work
+        return AtStage(self.rng.randint(1, len(TRIAL_STAGES) if roomy else 4), after=int(finish),
+                       delay_s=self.rng.uniform(0.0, 0.4 if roomy else 0.05))
+
+
+@dataclass(frozen=True)
+class Planned:
+    """The next moment of a SweepPlan, chosen when its session starts."""
+
+    plan: SweepPlan
+
+    def wait(self, session: Session) -> str | None:
+        return self.plan.next_moment(session).wait(session)
+
+
+def sweep_moments(rng: random.Random, kills: int, budget: int, spawn_kills: int = 1,
+                  start_kills: int = 2) -> list[Moment]:
+    """`kills` seeded moments over a sweep: `spawn_kills` between a spawn and its record (in the
+    first half, so a launch is left to catch), `start_kills` during start-up and recovery (never
+    the first: the study must exist), the others from a SweepPlan."""
+    plan = SweepPlan(rng, kills, budget)
+    spawn = set(rng.sample(range(1, max(kills // 2, 2)), spawn_kills))
+    at_start = set(rng.sample([k for k in range(1, kills) if k not in spawn], start_kills))
+    moments: list[Moment] = []
+    for k in range(kills):
+        if k in spawn:
+            moments.append(BetweenSpawnAndRecord())
+        elif k in at_start:
+            moments.append(AfterStart(rng.uniform(0.3, 3.0)))
+        else:
+            moments.append(Planned(plan))
+    plan.kills = sum(isinstance(m, Planned) for m in moments)
+    return moments
+
+
+# ---------------------------------------------------------------- what must hold after
+
+def servers_left(root: Path) -> list[tuple[int, str]]:
+    """(pid, token) of live processes carrying a run token whose working folder is under `root`
+    (every server a test's sweep starts, local or over the test sshd, runs in one)."""
+    left = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        token = environ_value(read_environ(pid), TOKEN_VAR)
+        stat = read_stat(pid)
+        if token and stat and stat.running:
+            try:
+                cwd = os.readlink(entry / "cwd")
+            except OSError:
+                continue
+            if Path(cwd).is_relative_to(root):
+                left.append((pid, token))
+    return left
+
+
+def token_processes(tokens: set[str]) -> list[int]:
+    """Live processes anywhere on this machine carrying one of `tokens`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and environ_value(read_environ(int(entry.name)), TOKEN_VAR) in tokens:
+            stat = read_stat(int(entry.name))
+            if stat and stat.running:
+                found.append(int(entry.name))
+    return found
+
+
+# ---------------------------------------------------------------- reading the study's storage
+
+class _locked:
+    """An exclusive lock on a SQLite study: every write of the controller waits meanwhile."""
+
+    def __init__(self, path: Path):
+        self.db = sqlite3.connect(path, timeout=30, isolation_level=None)
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.db.execute("BEGIN EXCLUSIVE")
+        return self.db
+
+    def __exit__(self, *exc) -> None:
+        self.db.execute("ROLLBACK")
+        self.db.close()
+
+
+def _rows(path: Path, sql: str, args: tuple = ()) -> list[tuple]:
+    if not path.exists():
+        return []
+    db = sqlite3.connect(path, timeout=30)
+    try:
+        return db.execute(sql, args).fetchall()
+    except sqlite3.OperationalError:
+        return []  # the schema is not written yet
+    finally:
+        db.close()
+
+
+def _intents(path: Path) -> dict[int, str]:
+    rows = _rows(path, "SELECT t.number, a.value_json FROM trials t JOIN trial_user_attributes a "
+                       "ON a.trial_id = t.trial_id WHERE a.key = 'launch_intent'")
+    return {number: json.loads(value)["token"] for number, value in rows}
+
+
+def evaluations(path: Path) -> int:
+    """Finished trials that launched a server (what a study's budget counts; duplicates are free)."""
+    return len(_rows(path, "SELECT t.number FROM trials t JOIN trial_user_attributes a ON a.trial_id = t.trial_id "
+                           "WHERE t.state IN ('COMPLETE', 'PRUNED') AND a.key = 'launched' AND a.value_json = 'true' "
+                           "AND NOT EXISTS (SELECT 1 FROM trial_user_attributes d WHERE d.trial_id = t.trial_id "
+                           "AND d.key = 'duplicate_of')"))
+
+
+def _has_attr(db: sqlite3.Connection, number: int, key: str) -> bool:
+    return bool(db.execute("SELECT 1 FROM trials t JOIN trial_user_attributes a ON a.trial_id = t.trial_id "
+                           "WHERE t.number = ? AND a.key = ?", (number, key)).fetchall())
+
+
+def _process_recorded(path: Path, number: int) -> bool:
+    return bool(_rows(path, "SELECT 1 FROM trials t JOIN trial_user_attributes a ON a.trial_id = t.trial_id "
+                            "WHERE t.number = ? AND a.key = 'process'", (number,)))
+
+
+def _wait_token_process(token: str, controller: subprocess.Popen, timeout_s: float = 30) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and controller.poll() is None:
+        if token_processes({token}):
+            return True
+        time.sleep(0.005)
+    return False
