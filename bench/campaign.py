@@ -33,11 +33,21 @@ WITHIN = 0.98
 MAX_LAUNCHES = 40
 
 
+BASE_PORT = 41000  # apart from the 31000 of hosts.yaml: tests running meanwhile cannot take its ports
+
+
+def write_hosts(folder: Path) -> Path:
+    path = folder / "hosts.yaml"
+    path.write_text((ROOT / "hosts.yaml").read_text().replace("base_port: 31000", f"base_port: {BASE_PORT}"))
+    return path
+
+
 def run_seed(seed: int, results: Path, space, optimum: float) -> dict:
     name = f"bench-{seed}"
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "sweeper.cli", "--quiet", "campaign", str(SPACE), "--study", name,
-                           "--seed", str(seed), "--max-launches", str(MAX_LAUNCHES), "--results", str(results)],
+                           "--seed", str(seed), "--max-launches", str(MAX_LAUNCHES), "--results", str(results),
+                           "--hosts", str(write_hosts(results))],
                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
     row = {"seed": seed, "rc": proc.returncode, "wall_s": round(time.monotonic() - started)}
     if proc.returncode != 0:
@@ -67,9 +77,12 @@ def main() -> None:
     args = parser.parse_args()
     space = load_space(SPACE)
     optimum = best_config(space).value
-    rows = []
+    rows = json.loads(args.out.read_text()) if args.out.is_file() else []  # seeds run earlier are kept
+    done = {r["seed"] for r in rows}
     with tempfile.TemporaryDirectory() as tmp:
         for seed in range(args.first, args.first + args.seeds):
+            if seed in done:
+                continue
             rows.append(run_seed(seed, Path(tmp), space, optimum))
             print(json.dumps(rows[-1]), flush=True)
             args.out.write_text(json.dumps(rows, indent=1))

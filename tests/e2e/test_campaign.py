@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 # budget that leaves two feasible finalists (baseline, deepep) after the garbage seed.
 SPACE = (TINY_SPACE.replace("--time-scale: 0.01", "--time-scale: 0.03")
          .replace("warmup_rounds: 1}", "warmup_rounds: 1, max_client_lag_ms: 50}")
-         .replace("budget: {trials: 5}", "budget: {trials: 4}\ntarget: {metric: output_throughput, value: 1000, level: 4}"))
+         .replace("budget: {trials: 5}", "budget: {trials: 6}\ntarget: {metric: output_throughput, value: 1000, level: 4}"))
 ARGS = ("--finalists", "2", "--repeats", "2", "--max-repeats", "3", "--seed", "3")
 
 
