@@ -68,7 +68,8 @@ def test_campaign_runs_every_phase_and_heads_the_report_with_the_summary(ccli):
     assert attrs["campaign_phase"] == "done"
     summary = attrs["campaign_summary"]
     winner = summary["winner"]["trial"]
-    assert f"profile:{winner}" in attrs  # profiled, and the gap is split by its kernel groups
+    profile = attrs["campaign"]["phases"]["profile"]
+    assert f"profile:{winner}" in attrs, profile  # profiled, and the gap is split by its kernel groups
     assert summary["gap"]["kernels"] and "the step by kernel group" in out
     validation = open_study(ccli, "cp-validate")
     labels = [t.user_attrs["label"] for t in validation.trials]
