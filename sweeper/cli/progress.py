@@ -171,3 +171,19 @@ def open_new_study(space_file: Path, space: Space, hosts: Path, host: str, name:
     except BaseException:
         connected.close()
         raise
+
+
+def warm_start_study(handle: StudyHandle, texts: list[str]) -> None:
+    """`--warm-start`: seeds, broken configs and the reference of earlier studies into a new study
+    created without its seeds (they are queued here, after the warm ones); what carried over is printed."""
+    from sweeper.redact import redact_url
+    from sweeper.search.study import enqueue_space_seeds
+    from sweeper.search.warm import apply_warm_start, build_warm_start, format_warm_lines, load_warm_sources
+
+    if not texts:
+        enqueue_space_seeds(handle.study, handle.space)
+        return
+    warm = build_warm_start(handle.space, load_warm_sources(texts, handle.results_dir))
+    apply_warm_start(handle.study, handle.dir, handle.space, warm, [redact_url(t) for t in texts])
+    for line in format_warm_lines(warm):
+        console.print(line, highlight=False, markup=False)

@@ -10,7 +10,7 @@ from typing import List, Optional
 import typer
 
 from sweeper.cli.common import OUTPUT, RESULTS_OPT, STORAGE_OPT, console, err, interrupts_as_keyboard, parse_duration, user_errors
-from sweeper.cli.progress import LineEvents, open_new_study, sweep_and_print, verbose_lines_to
+from sweeper.cli.progress import LineEvents, open_new_study, sweep_and_print, verbose_lines_to, warm_start_study
 from sweeper.errors import UserError
 from sweeper.hosts import open_host
 from sweeper.results.table import format_leaderboard_table
@@ -21,6 +21,11 @@ from sweeper.search.study import (StudyHandle, controller_alive, create_study, h
                                   recover_interrupted)
 from sweeper.spec.hosts import DEFAULT_HOSTS_FILE, load_host
 from sweeper.spec.space import Space, load_space
+
+
+WARM_START_OPT = typer.Option(None, "--warm-start", help="An earlier study of the same engine and model: NAME "
+                              "(under --results) or STORAGE_URL#NAME; repeatable. Its best configs run first, "
+                              "the configs it proved broken are skipped, its reference carries over.")
 
 
 def sweep(
@@ -39,6 +44,7 @@ def sweep(
     heartbeat: float = typer.Option(30.0, "--heartbeat", min=0.5, help="PostgreSQL studies: seconds between worker heartbeats."),
     grace: float = typer.Option(600.0, "--grace", min=1.0, help="PostgreSQL studies: a worker silent this long is dead; "
                                 "its trial is retried and its host lease expires."),
+    warm_start: Optional[List[str]] = WARM_START_OPT,
 ) -> None:
     """Create a study and run it to its budget."""
     with user_errors():
@@ -50,17 +56,22 @@ def sweep(
         host_names = host or ["local"]
         if len(host_names) > 1 or (storage or "").startswith("postgresql"):
             _sweep_many(space_file, space, hosts, host_names, name, results, storage, trials or space.budget.trials,
-                        sampler, seed, time_budget, heartbeat, grace, top)
+                        sampler, seed, time_budget, heartbeat, grace, top, warm_start or [])
             return
         host = host_names[0]
         handle, connected = open_new_study(space_file, space, hosts, host, name, results, storage,
-                                            trials or space.budget.trials, sampler)
+                                            trials or space.budget.trials, sampler, enqueue_seeds=False)
+        try:
+            warm_start_study(handle, warm_start or [])
+        except BaseException:
+            connected.close()
+            raise
         sweep_and_print(handle, connected, top, seed, seconds)
 
 
 def _sweep_many(space_file: Path, space: Space, hosts: Path, host_names: list[str], name: str, results: Path,
                 storage: str | None, budget: int, sampler: str | None, seed: int | None, time_budget: str | None,
-                heartbeat: float, grace: float, top: int) -> None:
+                heartbeat: float, grace: float, top: int, warm_start: list[str]) -> None:
     """One `sweeper worker` process per host (per GPU set), all on one PostgreSQL study."""
     from sweeper.spec.hosts import load_hosts
     from sweeper.fleet.workers import check_shared_storage, run_worker_processes, worker_argv
@@ -72,7 +83,9 @@ def _sweep_many(space_file: Path, space: Space, hosts: Path, host_names: list[st
     if len(set(host_names)) != len(host_names):
         raise UserError(f"--host: each host once (got {', '.join(host_names)}); GPU sets give one host several workers")
     first = host_names[0]
-    handle = create_study(name, space, space_file, first, known[first], results, storage, budget, sampler)
+    handle = create_study(name, space, space_file, first, known[first], results, storage, budget, sampler,
+                          enqueue_seeds=False)
+    warm_start_study(handle, warm_start)
     for key, value in {"hosts": host_names, "heartbeat_s": heartbeat, "grace_s": grace}.items():
         handle.study.set_user_attr(key, value)
     argvs = [worker_argv(name, str(hosts.resolve()), h, str(results.resolve()), gpu_set, seed, time_budget,
@@ -179,6 +192,12 @@ def resume(
         except BaseException:
             host.close()
             raise
+        if attrs.get("campaign_phase"):  # a campaign continues at its phase (cli/campaign.py)
+            from sweeper.cli.campaign import continue_campaign
+
+            host.close()
+            continue_campaign(handle, hosts, storage)
+            return
         sweep_and_print(handle, host, top, None, parse_duration(time_budget) if time_budget else None)
 
 

@@ -103,10 +103,13 @@ def validate(
 ) -> None:
     """Re-run the top K configs on fresh servers in interleaved order; declare the winner with its CI.
     In the Pareto mode: the front's top K by throughput, both objectives with their CIs."""
-    from sweeper.search.ablation import Measured, finalist_runs, summarize_finalists
+    from sweeper.hosts import open_host
+    from sweeper.search.ablation import finalist_runs
     from sweeper.search.trials import is_pareto_study
+    from sweeper.search.validation import create_validation_study, record_validation
+    from sweeper.spec.hosts import load_host
     from sweeper.results.ablation_table import format_finalists_table
-    from sweeper.search.study import enqueue_runs, measured_runs, run_queue
+    from sweeper.search.study import enqueue_runs, run_queue
 
     with user_errors():
         source = load_study(study, results, storage)
@@ -117,20 +120,20 @@ def validate(
         attrs = source.user_attrs
         space = parse_stored_space(attrs)
         name = f"{study}-validate-{datetime.now():%Y%m%d-%H%M%S}"
-        # The study's stored copy of the space, never the file (it may have changed or gone).
-        handle, connected = open_new_study(Path(attrs["space_path"]), space, hosts, attrs["host_name"], name,
-                                            results, storage, len(runs), "random", enqueue_seeds=False,
-                                            space_text=attrs["space_text"])
-        handle.study.set_user_attr("reference_text", attrs.get("reference_text"))
-        handle.study.set_user_attr("reference_samples", attrs.get("reference_samples"))
+        host_spec = load_host(hosts, attrs["host_name"])
+        connected = open_host(attrs["host_name"], host_spec)  # before the study exists
+        try:
+            handle = create_validation_study(source, name, results, storage, attrs["host_name"], host_spec, len(runs))
+        except BaseException:
+            connected.close()
+            raise
         enqueue_runs(handle.study, runs)
         with_progress(handle, connected, lambda events: run_queue(handle, connected, events))
         if pareto:
             _report_pareto_finalists(source, handle.study, labels, repeats)
             return
         maximize = space.objective.direction == "maximize"
-        rows = summarize_finalists([Measured(label, value) for label, value in measured_runs(handle.study)], maximize)
-        source.set_user_attr("validation", {"study": name, "rows": rows})
+        rows = record_validation(source, handle.study, maximize)
         console.print(format_finalists_table(rows, f"finalists of {study}, {repeats} fresh runs each"))
         original = labels
         ranked = [row["config"] for row in rows]

@@ -13,7 +13,7 @@ import optuna
 from sweeper.spec.space import Target
 from sweeper.results.leaderboard import concurrency_levels
 from sweeper.results.ranking import best_ranked_trial
-from sweeper.search.stored import objective_spec, stored_space
+from sweeper.search.stored import kernel_groups, objective_spec, stored_space, validated_winner
 
 HIGHER_IS_BETTER = {"output_throughput", "total_throughput", "request_throughput"}
 
@@ -126,11 +126,15 @@ def format_gap_lines(gap: GapToTarget) -> list[str]:
 
 
 def build_study_gap(study: optuna.Study) -> GapToTarget | None:
-    """The gap of the study's best config to its space's target; None without a target or a best."""
+    """The gap of the study's best config (the validated winner once re-validation ran) to its
+    space's target, its step split by the kernel groups of that config's stored profile; None
+    without a target or a best."""
     space = stored_space(study)
-    best = best_ranked_trial(study)
+    winner = validated_winner(study)
+    best = (next((t for t in study.get_trials(deepcopy=False) if t.number == winner), None)
+            if winner is not None else best_ranked_trial(study))
     if space is None or space.perf_target is None or best is None:
         return None
     return build_gap_to_target(space.perf_target, objective_spec(study).level, best.number,
                                best.user_attrs.get("levels", {}), concurrency_levels(study),
-                               study.user_attrs.get("kernel_profile"))
+                               kernel_groups(study, best.number))

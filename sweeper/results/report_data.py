@@ -80,6 +80,8 @@ class ReportData:
     notes: list[str] = field(default_factory=list)
     # the Pareto mode's two objectives (throughput, latency); empty for a one-objective study
     pareto_objectives: list[ObjectiveSpec] = field(default_factory=list)
+    campaign: dict | None = None  # the campaign's morning summary (results/campaign_summary.py)
+    validation: dict | None = None  # the finalists re-measured on fresh servers: rows with 95% CIs
 
     @property
     def pareto_axes(self) -> tuple[str, str]:
@@ -237,4 +239,6 @@ def build_report_data(study: optuna.Study, top: int = TOP_CONFIGS) -> ReportData
         ablation=study.user_attrs.get("ablation"),
         space_description=str(study.user_attrs.get("space", {}).get("description", "")),
         serving_points=build_serving_points(study, frame, levels) if len(frame) else [],
+        campaign=study.user_attrs.get("campaign_summary"),
+        validation=study.user_attrs.get("validation"),
     )

@@ -89,6 +89,30 @@ def build_summary_section(data: ReportData) -> Section:
     return Section("summary", "Summary", paragraphs)
 
 
+def build_campaign_section(summary: dict | None) -> Section | None:
+    """The morning summary, first in the report of a campaign."""
+    if not summary:
+        return None
+    from sweeper.results.campaign_summary import format_summary_lines
+
+    phases = Table(["phase", "wall seconds", "launches"],
+                   [[name, fmt(p.get("seconds"), 0), fmt(p.get("launches", p.get("evaluations")))]
+                    for name, p in summary["phases"].items()])
+    return Section("campaign", "Campaign summary", format_summary_lines(summary), [phases])
+
+
+def build_validation_section(validation: dict | None) -> Section | None:
+    """The finalists re-measured on fresh servers in interleaved order: mean and 95% CI each."""
+    if not validation or validation.get("mode") == "pareto" or not validation.get("rows"):
+        return None
+    rows = [[r["config"], str(r["runs"]), str(r["failed"]), fmt(r["mean"]),
+             "-" if r["ci95"] is None else f"± {fmt(r['ci95'])}"] for r in validation["rows"]]
+    note = (f"Validation study {validation.get('study', '?')}: each finalist on fresh servers, rounds in "
+            "interleaved order; the interval is the 95% CI of the mean (Student t).")
+    return Section("validation", "Finalists re-measured", [note],
+                   [Table(["config", "runs", "failed", "mean", "95% CI"], rows)])
+
+
 def build_gap_section(gap: GapToTarget | None) -> Section | None:
     if gap is None:
         return None
@@ -202,7 +226,8 @@ def build_provenance_section(data: ReportData) -> Section:
 
 def build_sections(data: ReportData) -> list[Section]:
     sections = [
-        build_summary_section(data), build_gap_section(data.gap), build_top_section(data),
+        build_campaign_section(data.campaign), build_summary_section(data), build_validation_section(data.validation),
+        build_gap_section(data.gap), build_top_section(data),
         build_latency_section(data), build_pareto_section(data), build_serving_section(data),
         build_importance_section(data),
         build_failures_section(data), build_timeline_section(data), build_ablation_section(data.ablation),

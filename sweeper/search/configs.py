@@ -103,3 +103,30 @@ def count_configs(space: Space) -> int | None:
         return sum(1 for _ in enumerate_configs(space))
     except ValueError:
         return None
+
+
+def config_problem(space: Space, params: Config) -> str | None:
+    """Why sampled values are not a config of `space` (None when they are): a parameter it lacks
+    or misses, a value outside a parameter's domain, a broken constraint."""
+    config: Config = {}
+    for name, param in space.parameters.items():
+        if not is_active(space, name, config):
+            continue
+        if name not in params:
+            return f"no value for {name}"
+        value = params[name]
+        if isinstance(param, FloatParam) and param.step is None:
+            if not isinstance(value, (int, float)) or not param.low <= value <= param.high:
+                return f"{name}={value!r} outside [{param.low}, {param.high}]"
+        elif value not in parameter_values(param):
+            return f"{name}={value!r} not one of its values"
+        config[name] = value
+    if extra := sorted(set(params) - set(config)):
+        return f"not parameters of this space (or inactive): {', '.join(extra)}"
+    for constraint, text in zip(space.parsed_constraints(), space.constraints):
+        try:
+            if not constraint.evaluate(with_derived(space, config)):
+                return f"breaks constraint {text}"
+        except Missing:
+            continue
+    return None

@@ -31,6 +31,11 @@ def _set(study: optuna.Study, study_dir: Path, samples: Sequence[OutputSample], 
     write_reference_file(study_dir / REFERENCE_FILE, samples, source)
 
 
+def adopt_reference(study: optuna.Study, study_dir: Path, samples: Sequence[OutputSample], source: str) -> None:
+    """Take a reference settled elsewhere (warm start: an earlier study of the same model)."""
+    _set(study, study_dir, samples, source)
+
+
 def use_reference_file(study: optuna.Study, space: Space, study_dir: Path, base: Path | None = None) -> None:
     """Adopt `check.reference_file` (relative to the space file's folder) before the first trial."""
     name = space.check.reference_file

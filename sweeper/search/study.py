@@ -148,9 +148,15 @@ def create_study(name: str, space: Space, space_path: Path, host_name: str, host
     for key, value in attrs.items():
         study.set_user_attr(key, value)
     (study_dir(results_dir, name) / "space.yaml").write_text(attrs["space_text"])
-    for seed in space.seeds if enqueue_seeds else ():
-        study.enqueue_trial(seed.params, user_attrs={"seed": seed.name})
+    if enqueue_seeds:
+        enqueue_space_seeds(study, space)
     return StudyHandle(study, space, host_name, host_spec, results_dir)
+
+
+def enqueue_space_seeds(study: optuna.Study, space: Space) -> None:
+    """The space's seeds, queued to run before anything the sampler proposes."""
+    for seed in space.seeds:
+        study.enqueue_trial(seed.params, user_attrs={"seed": seed.name})
 
 
 def host_spec_for_resume(attrs: dict, hosts_path: Path) -> HostSpec:
@@ -254,6 +260,8 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents,
         if not repeat and (duplicate := find_duplicate(study, key, trial.number) if gate is None
                            else gate.admit(trial, config, key)):
             return _copy_duplicate(trial, duplicate)
+        if not repeat and (reason := (study.user_attrs.get("warm_start") or {}).get("broken", {}).get(key)):
+            return _skip_known_broken(trial, space, reason)
         events.trial_started(trial.number, evaluations(study) + 1, handle.budget, config)
         trial_dir = handle.dir / "trials" / str(trial.number)
         trial_dir.mkdir(parents=True, exist_ok=True)
@@ -345,6 +353,19 @@ def _copy_duplicate(trial: optuna.Trial, duplicate: FrozenTrial) -> float | list
     return list(duplicate.values) if len(duplicate.values) > 1 else duplicate.values[0]
 
 
+def _skip_known_broken(trial: optuna.Trial, space: Space, reason: str) -> float | list[float]:
+    """A config an earlier study proved broken (warm start): infeasible without a launch, so it
+    costs no evaluation and the sampler still learns the region fails."""
+    from sweeper.search.record import worst_value
+
+    trial.set_user_attr("skipped_broken", reason)
+    trial.set_user_attr("stage", "done")
+    trial.set_constraint("config_fault", 1.0)
+    trial.set_constraint("slo", 0.0)
+    values = [worst_value(g.direction) for g in space.goals]
+    return values if space.is_pareto else values[0]
+
+
 def _summary(outcome, values: list[float]) -> str:
     if outcome.failure:
         return f"infeasible: {outcome.failure.stage}/{outcome.failure.kind}"
@@ -377,7 +398,8 @@ def enqueue_retry(study: optuna.Study, number: int, params: dict, user_attrs: di
     attempt = int(user_attrs.get("attempt", 0)) + (1 if counted else 0)
     if counted and attempt > MAX_RETRIES:
         return False
-    carried = {k: user_attrs[k] for k in ("seed", "avoid_ports") if k in user_attrs}
+    # a re-measured run (finalist, ablation lever) keeps its label and stays a re-measurement
+    carried = {k: user_attrs[k] for k in ("seed", "avoid_ports", "label", "measure_again") if k in user_attrs}
     study.enqueue_trial(params, user_attrs={**carried, "retry_of": number, "attempt": attempt})
     return True
 
@@ -445,10 +467,12 @@ def installed_flags(study: optuna.Study, space: Space, host: Host) -> dict[str, 
     return flags
 
 
-def enqueue_runs(study: optuna.Study, runs: list[tuple[str, dict]], seed_label: str | None = None) -> None:
-    """Queue configs to be measured as given (no dedupe): ablation levers, finalist repeats."""
+def enqueue_runs(study: optuna.Study, runs: list[tuple[str, dict]], seed_label: str | None = None,
+                 measure_again: bool = True) -> None:
+    """Queue configs to be measured as given (no dedupe): ablation levers, finalist repeats; with
+    `measure_again=False`, seeds of a search (warm start: a config already in the study is a duplicate)."""
     for label, params in runs:
-        attrs = {"label": label, "measure_again": True}
+        attrs = {"label": label, "measure_again": True} if measure_again else {"seed": label}
         if seed_label is not None and label == seed_label:
             attrs["seed"] = seed_label
         study.enqueue_trial(params, user_attrs=attrs)

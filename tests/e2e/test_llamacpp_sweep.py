@@ -136,3 +136,28 @@ def wait_healthy(url: str, server: subprocess.Popen, timeout: float = 60) -> Non
             pass
         time.sleep(0.1)
     raise AssertionError(f"{url} not healthy after {timeout}s")
+
+
+@pytest.mark.timeout(1500)
+def test_ssh_campaign_on_llamacpp_declares_a_winner_and_writes_its_script(ssh_cli):
+    """`sweeper campaign` on a real engine over SSH: sweep, finalists re-measured on fresh servers
+    until the winner separates (the micro-batch lever's 3x is far beyond noise) or a tie is
+    declared, profile skipped (llama.cpp has no torch profiler), report and launch script."""
+    cli = ssh_cli
+    result = cli.run("campaign", "llama.yaml", "--host", "box", "--study", "lc", "--finalists", "2",
+                     "--repeats", "2", "--max-repeats", "3", "--seed", "1", timeout=1400)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = result.stdout
+    assert "winner: trial" in out and ("separated: yes" in out or "TIE:" in out)
+    record = json.loads(cli.run("best", "lc", "--json").stdout)
+    assert record["validated"] is True and record["ci_low"] <= record["value"] <= record["ci_high"]
+    phases = json.loads(cli.run("show", "lc", "--json").stdout)  # the study is readable as any other
+    assert phases
+    import optuna
+
+    study = optuna.load_study(study_name="lc", storage=f"sqlite:///{cli.workdir}/results/lc/study.db")
+    campaign = study.user_attrs["campaign"]["phases"]
+    assert "no torch profiler" in campaign["profile"]["skipped"]
+    assert study.user_attrs["campaign_summary"]["winner"]["trial"] == record["trial"]
+    script = (cli.workdir / "results/lc/serve-winner.sh").read_text()
+    assert "llama-server" in script and f"trial {record['trial']}" in script

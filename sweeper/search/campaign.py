@@ -1,0 +1,231 @@
+"""`sweeper campaign`: the case study as one unattended run, a small state machine over the
+existing pieces: sweep (run_sweep) -> validate (the finalists on fresh servers, interleaved, until
+the winner separates from the runner-up: validation.py) -> profile (sweeper profile's
+profile_study_trial) -> report (results/report.py) -> script (results/script.py) -> done.
+
+The phase lives in the study (`campaign_phase`; settings and what each finished phase produced in
+`campaign`), so `sweeper resume` continues at the phase a killed run was in: finished trials, runs
+and phases are read back, never redone."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Protocol
+
+import optuna
+from optuna.trial import TrialState
+
+from sweeper.errors import UserError
+from sweeper.hosts import Host, open_host
+from sweeper.search.ablation import Measured, finalist_runs
+from sweeper.search.study import (StudyHandle, SweepEvents, enqueue_runs, evaluations, load_study,
+                                  measured_runs, recover_interrupted, run_queue, run_sweep, study_exists,
+                                  open_storage, storage_url)
+from sweeper.search.trials import is_pareto_study, ranked_trials
+from sweeper.search.validation import create_validation_study, plan_validation, record_validation
+
+PHASES = ("sweep", "validate", "profile", "report", "script", "done")
+PHASE_ATTR = "campaign_phase"
+CAMPAIGN_ATTR = "campaign"
+SWEEP_SHARE = 0.6  # of --time-budget: the sweep stops starting trials there, leaving the rest to validation
+SCRIPT_FILE = "serve-winner.sh"
+
+
+@dataclass(frozen=True)
+class CampaignSettings:
+    time_budget_s: float | None = None
+    finalists: int = 3  # K: the sweep's best configs re-measured first
+    repeats: int = 2  # R: fresh servers each in the first rounds
+    max_repeats: int = 6  # runs of one finalist before an unresolved top is declared a tie
+    max_launches: int | None = None  # sweep evaluations + validation launches, in all
+    seed: int | None = None
+    profile_seconds: float = 5.0
+
+
+class CampaignIO(Protocol):
+    """What the command line gives the campaign: running trials with progress shown (and the
+    host closed after), and one line of news."""
+
+    def run_trials(self, handle: StudyHandle, host: Host, run: Callable[[SweepEvents], None]) -> None: ...
+    def say(self, line: str) -> None: ...
+
+
+def is_campaign(study: optuna.Study) -> bool:
+    return PHASE_ATTR in study.user_attrs
+
+
+def start_campaign(study: optuna.Study, settings: CampaignSettings) -> None:
+    if is_pareto_study(study):
+        raise UserError("campaign: the Pareto mode (two objectives) has no single winner to separate; "
+                        "run `sweeper sweep` and `sweeper validate`")
+    study.set_user_attr(CAMPAIGN_ATTR, {"settings": asdict(settings), "phases": {}, "started_at": time.time()})
+    study.set_user_attr(PHASE_ATTR, PHASES[0])
+
+
+def campaign_record(study: optuna.Study) -> dict:
+    return dict(study.user_attrs.get(CAMPAIGN_ATTR) or {"settings": {}, "phases": {}})
+
+
+def campaign_settings(study: optuna.Study) -> CampaignSettings:
+    return CampaignSettings(**campaign_record(study)["settings"])
+
+
+def _finish_phase(study: optuna.Study, phase: str, produced: dict, started: float) -> None:
+    """What the phase produced and its wall seconds (this run's), then the next phase: one write
+    each, the phase last, so a kill between them repeats only an idempotent record."""
+    record = campaign_record(study)
+    earlier = record["phases"].get(phase, {}).get("seconds", 0.0)
+    record["phases"][phase] = {**produced, "seconds": earlier + time.time() - started, "finished_at": time.time()}
+    study.set_user_attr(CAMPAIGN_ATTR, record)
+    study.set_user_attr(PHASE_ATTR, PHASES[PHASES.index(phase) + 1])
+
+
+def trial_seconds(study: optuna.Study) -> float:
+    """Wall seconds of the finished trials (what a killed run spent counts too)."""
+    return sum((t.datetime_complete - t.datetime_start).total_seconds()
+               for t in study.get_trials(deepcopy=False) if t.datetime_start and t.datetime_complete)
+
+
+@dataclass
+class Campaign:
+    handle: StudyHandle
+    io: CampaignIO
+    hosts_path: Path
+    storage: str | None
+
+    @property
+    def study(self) -> optuna.Study:
+        return self.handle.study
+
+    @property
+    def settings(self) -> CampaignSettings:
+        return campaign_settings(self.study)
+
+    def run(self) -> None:
+        """Every phase from the stored one to the end."""
+        steps = {"sweep": self.sweep, "validate": self.validate, "profile": self.profile,
+                 "report": self.report, "script": self.script}
+        while (phase := self.study.user_attrs[PHASE_ATTR]) != "done":
+            self.io.say(f"campaign phase: {phase}")
+            started = time.time()
+            _finish_phase(self.study, phase, steps[phase](), started)
+
+    # ------------------------------------------------------------ phases
+
+    def sweep(self) -> dict:
+        settings = self.settings
+        left = None
+        if settings.time_budget_s is not None:
+            left = max(0.0, SWEEP_SHARE * settings.time_budget_s - trial_seconds(self.study))
+        if left is None or left > 0:
+            host = open_host(self.handle.host_name, self.handle.host_spec)
+            self.io.run_trials(self.handle, host,
+                               lambda events: run_sweep(self.handle, host, events, settings.seed, left))
+        ranked = ranked_trials(self.study)
+        if not ranked:
+            raise UserError(f"campaign: the sweep of {self.study.study_name!r} found no feasible config; "
+                            "see `sweeper show` for why each failed")
+        return {"evaluations": evaluations(self.study), "best_trial": ranked[0].number,
+                "best_value": ranked[0].values[0]}
+
+    def validation_study(self) -> StudyHandle:
+        """The campaign's validation study: created once, loaded again on resume."""
+        name = f"{self.study.study_name}-validate"
+        results = self.handle.results_dir
+        url = storage_url(results, name, self.storage)
+        (results / name).mkdir(parents=True, exist_ok=True)
+        if study_exists(open_storage(url), name):
+            return StudyHandle(load_study(name, results, self.storage), self.handle.space, self.handle.host_name,
+                               self.handle.host_spec, results)
+        labels, runs = finalist_runs(self.study, self.settings.finalists, self.settings.repeats)
+        handle = create_validation_study(self.study, name, results, self.storage, self.handle.host_name,
+                                         self.handle.host_spec, len(runs))
+        enqueue_runs(handle.study, runs)
+        return handle
+
+    def validate(self) -> dict:
+        settings, maximize = self.settings, self.handle.space.objective.direction == "maximize"
+        validation = self.validation_study()
+        candidates = [(f"trial {t.number}", t.values[0]) for t in ranked_trials(self.study)]
+        while True:
+            waiting = validation.study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))
+            if waiting:
+                self._run_validation_queue(validation)
+                continue
+            launched = evaluations(self.study) + evaluations(validation.study)
+            launches_left = (settings.max_launches - launched) if settings.max_launches else 10 ** 9
+            time_left = None
+            if settings.time_budget_s is not None:
+                time_left = settings.time_budget_s - trial_seconds(self.study) - trial_seconds(validation.study)
+            runs = [Measured(label, value) for label, value in measured_runs(validation.study)]
+            plan = plan_validation(runs, candidates, maximize, settings.max_repeats, launches_left, time_left)
+            if not plan.runs:
+                break
+            params = {f"trial {t.number}": dict(t.params) for t in self.study.get_trials(deepcopy=False)}
+            self.io.say(f"validation: another round of {', '.join(plan.runs)}")
+            enqueue_runs(validation.study, [(label, params[label]) for label in plan.runs])
+        verdict = plan.verdict
+        rows = record_validation(self.study, validation.study, maximize, verdict)
+        if verdict["winner"] is None:
+            raise UserError("campaign: every finalist failed on re-run; see the validation study "
+                            f"{validation.name!r}")
+        return {"study": validation.name, "launches": evaluations(validation.study), "verdict": verdict,
+                "rows": rows}
+
+    def _run_validation_queue(self, validation: StudyHandle) -> None:
+        host = open_host(validation.host_name, validation.host_spec)
+        try:
+            for note in recover_interrupted(validation.study, host, self.handle.space.launch.stop_grace_s):
+                self.io.say(f"recovery: {note}")
+            queued = len(validation.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+            validation.study.set_user_attr("budget", evaluations(validation.study) + queued)
+        except BaseException:
+            host.close()
+            raise
+        self.io.run_trials(validation, host, lambda events: run_queue(validation, host, events))
+
+    def winner(self) -> int:
+        verdict = campaign_record(self.study)["phases"]["validate"]["verdict"]
+        return int(verdict["winner"].split()[-1])
+
+    def profile(self) -> dict:
+        from sweeper.profile.command import PROFILE_ATTR_PREFIX, profile_study_trial
+        from sweeper.profile.control import PROFILERS
+
+        winner = self.winner()
+        engine = self.handle.space.engine
+        if engine not in PROFILERS:
+            return {"skipped": f"engine {engine} has no torch profiler endpoint"}
+        if f"{PROFILE_ATTR_PREFIX}{winner}" in self.study.user_attrs:
+            return {"trial": winner, "kept": "a stored profile"}
+        try:
+            result = profile_study_trial(self.study, self.handle.results_dir, self.hosts_path, winner, False, None,
+                                         self.settings.profile_seconds, 15, on_step=self.io.say)
+        except UserError as exc:  # a profile is a help, not the campaign's goal
+            self.io.say(f"profile failed: {exc}")
+            return {"trial": winner, "failed": str(exc)}
+        return {"trial": winner, "dir": str(result.dir), "groups": {g["group"]: g["share"] for g in
+                                                                       result.record["groups"]}}
+
+    def report(self) -> dict:
+        from sweeper.results.campaign_summary import build_campaign_summary
+        from sweeper.results.report import build_report, write_report
+
+        validation = load_study(campaign_record(self.study)["phases"]["validate"]["study"],
+                                self.handle.results_dir, self.storage)
+        self.study.set_user_attr("campaign_summary", build_campaign_summary(self.study, validation))
+        written = write_report(build_report(self.study), self.handle.dir)
+        return {"files": [str(p) for p in written[:2]]}
+
+    def script(self) -> dict:
+        from sweeper.results.script import best_launch_script
+
+        winner = self.winner()
+        trial = next(t for t in self.study.get_trials(deepcopy=False) if t.number == winner)
+        text = best_launch_script(self.study, self.handle.space, self.handle.host_spec, trial)
+        path = self.handle.dir / SCRIPT_FILE
+        path.write_text(text)
+        path.chmod(0o755)
+        return {"file": str(path)}

@@ -1,0 +1,112 @@
+"""Finalist re-validation as functions `validate` and `campaign` share: the validation study (the
+source's stored space and reference, no seeds, no dedupe), its rows stored back in the source, and
+the campaign's adaptive rule for what to measure next (pure)."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import optuna
+
+from sweeper.spec.hosts import HostSpec
+from sweeper.search.ablation import ALPHA, Measured, mean_ci, summarize_finalists, welch_p
+from sweeper.search.stored import parse_stored_space
+from sweeper.search.study import StudyHandle, create_study, measured_runs
+
+REFERENCE_ATTRS = ("reference_text", "reference_samples", "reference_source")
+
+
+def create_validation_study(source: optuna.Study, name: str, results: Path, storage: str | None,
+                            host_name: str, host_spec: HostSpec, budget: int) -> StudyHandle:
+    """A study that re-measures `source`'s configs: the source's stored copy of the space (never the
+    file: it may have changed or gone) and its reference output, so a re-run is judged alike."""
+    attrs = source.user_attrs
+    handle = create_study(name, parse_stored_space(attrs), Path(attrs["space_path"]), host_name, host_spec,
+                          results, storage, budget, "random", enqueue_seeds=False, space_text=attrs["space_text"])
+    for key in REFERENCE_ATTRS:
+        handle.study.set_user_attr(key, attrs.get(key))
+    handle.study.set_user_attr("validation_of", source.study_name)
+    return handle
+
+
+def record_validation(source: optuna.Study, validation: optuna.Study, maximize: bool,
+                      verdict: dict | None = None) -> list[dict]:
+    """The finalists' rows (mean and 95% CI, best first), kept in the source as `validation`
+    (what `best --json`, `show` and the report read)."""
+    rows = summarize_finalists([Measured(label, value) for label, value in measured_runs(validation)], maximize)
+    record = {"study": validation.study_name, "rows": rows}
+    if verdict is not None:
+        record["verdict"] = verdict
+    source.set_user_attr("validation", record)
+    return rows
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the adaptive validation does next: `runs` (labels, one round in interleaved order), or
+    stop with a verdict (`runs` empty)."""
+
+    runs: list[str]
+    verdict: dict | None = None
+
+
+def _values(runs: Sequence[Measured]) -> dict[str, list[float]]:
+    by_label: dict[str, list[float]] = {}
+    for run in runs:
+        by_label.setdefault(run.label, [])
+        if run.value is not None:
+            by_label[run.label].append(run.value)
+    return by_label
+
+
+def plan_validation(runs: Sequence[Measured], candidates: Sequence[tuple[str, float]], maximize: bool,
+                    max_repeats: int, launches_left: int, time_left_s: float | None) -> Plan:
+    """The next round of an adaptive validation, or its verdict.
+
+    The finalists measured so far are ranked by their means; the winner is separated when Welch's
+    test puts it apart from the runner-up (p < ALPHA). Until then another round re-measures the
+    winner and every finalist still tied with it, and a sweep candidate not yet re-measured joins
+    when its single sweep value lies inside (or beyond) the winner's 95% CI (it could be the
+    winner). It stops as a tie when a contender reached `max_repeats` runs, or the launch or time
+    budget cannot pay for the round. `candidates`: (label, sweep value) in sweep rank order."""
+    measured = _values(runs)
+    tried = {label: len([r for r in runs if r.label == label]) for label in measured}
+    sign = 1 if maximize else -1
+    ranked = sorted((label for label, values in measured.items() if values),
+                    key=lambda label: -sign * statistics.fmean(measured[label]))
+    untried = [(label, value) for label, value in candidates if label not in measured]
+    if not ranked:
+        if untried and launches_left > 0 and (time_left_s is None or time_left_s > 0):
+            return Plan([untried[0][0]])
+        return Plan([], {"winner": None, "separated": False, "tie": False, "reason": "every finalist failed"})
+    winner = ranked[0]
+    mean, half = mean_ci(measured[winner])
+    joining = [label for label, value in untried[:1]
+               if sign * value >= sign * (mean - sign * half) or len(ranked) < 2]
+    tied = [label for label in ranked[1:] if welch_p(measured[winner], measured[label]) >= ALPHA]
+    if len(ranked) >= 2 and not tied and not joining:
+        runner = ranked[1]
+        return Plan([], {"winner": winner, "runner_up": runner, "separated": True, "tie": False,
+                         "p": welch_p(measured[winner], measured[runner]), "tied_with": [],
+                         "reason": f"Welch p < {ALPHA} against the runner-up"})
+    if len(ranked) < 2 and not joining:
+        return Plan([], {"winner": winner, "runner_up": None, "separated": True, "tie": False, "p": None,
+                         "tied_with": [], "reason": "the only finalist that ran"})
+    contenders = [winner, *tied]
+    round_ = [*contenders, *joining]
+    reason = None
+    if any(tried[label] >= max_repeats for label in contenders):
+        reason = f"{max_repeats} runs each (--max-repeats) did not separate them"
+    elif len(round_) > launches_left:
+        reason = "the launch budget ran out"
+    elif time_left_s is not None and time_left_s <= 0:
+        reason = "the time budget ran out"
+    if reason is None:
+        return Plan(round_)
+    runner = tied[0] if tied else (ranked[1] if len(ranked) > 1 else None)
+    return Plan([], {"winner": winner, "runner_up": runner, "separated": not tied, "tie": bool(tied),
+                     "p": welch_p(measured[winner], measured[runner]) if runner else None,
+                     "tied_with": tied, "reason": reason})
