@@ -52,7 +52,11 @@ budget: {{trials: {trials}}}
 launch: {{ready_timeout_s: 60, stall_timeout_s: 30, stop_grace_s: 5}}
 """
 
-COMMON = "  concurrency: [1, 4]\n  min_rounds: 3\n  warmup_rounds: 1\n  max_client_lag_ms: 50\n"
+# 8 rounds at C=4 (shorter levels fail the 95% concurrency bar on the end-of-level drain), two warm-up
+# rounds (they fill the prefix cache: the cold first round is not what a serving deployment sees),
+# two repeats (the median kept), and a lag bar raised for a 2-core machine shared with other work.
+COMMON = ("  concurrency: [1, 4]\n  requests_per_level: 32\n  warmup_rounds: 2\n  repeats: 2\n"
+          "  max_client_lag_ms: 200\n")
 RANDOM_WORKLOAD = COMMON + "  input_len: 64\n  output_len: 32\n"
 DATASET_WORKLOAD = COMMON + "  dataset: {dataset}\n  shared_prefix: {{tokens: 256, groups: 4}}\n"
 
@@ -99,6 +103,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=Path("/tmp/wlbench"))
     parser.add_argument("--trials", type=int, default=6)
+    parser.add_argument("--replicates", type=int, default=2,
+                        help="sweeps per workload, interleaved: their agreement is the noise floor")
+    parser.add_argument("--report-only", action="store_true", help="re-read the saved leaderboards, sweep nothing")
     args = parser.parse_args()
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -111,38 +118,67 @@ def main() -> int:
     dataset.write_text(json.dumps(sharegpt_records(words, 200, SEED), indent=1))
 
     results = work / "results"
-    boards = {}
-    for label, workload in (("random", RANDOM_WORKLOAD), ("sharegpt", DATASET_WORKLOAD.format(dataset=dataset))):
-        study = f"wl-{label}"
-        space = work / f"{study}.yaml"
-        space.write_text(SPACE.format(name=study, model=model, workload=workload.rstrip("\n"), trials=args.trials))
-        boards[label] = run_sweep(space, study, results, args.trials)
-    return report(boards)
+    boards: dict[str, list[list[dict]]] = {"random": [], "sharegpt": []}
+    for replicate in range(1, args.replicates + 1):
+        for label, workload in (("random", RANDOM_WORKLOAD), ("sharegpt", DATASET_WORKLOAD.format(dataset=dataset))):
+            study = f"wl-{label}-{replicate}"
+            space = work / f"{study}.yaml"
+            space.write_text(SPACE.format(name=study, model=model, workload=workload.rstrip("\n"), trials=args.trials))
+            saved = results / f"{study}.leaderboard.json"
+            boards[label].append(json.loads(saved.read_text()) if args.report_only
+                                 else run_sweep(space, study, results, args.trials))
+    report(boards, score)
+    # Levels sweeper rejected (the first-round stall detector, the concurrency bar) still measured
+    # tok/s: the same comparison over them, marked as such, so a verdict does not rest on 1-2 configs.
+    print("\n--- again over every trial's C=4 tok/s, INCLUDING levels sweeper judged invalid ---")
+    return report(boards, raw_c4)
 
 
-def report(boards: dict[str, list[dict]]) -> int:
+def raw_c4(row: dict) -> float | None:
+    value = row.get("c4_output_tok_s")
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def ranked(rows: list[dict], measure) -> dict[str, float]:
+    return {config_key(r): measure(r) for r in rows if measure(r) is not None}
+
+
+def spearman(a: dict[str, float], b: dict[str, float]) -> tuple[float, int]:
+    """Spearman's rho over the configs both rank (nan below 3)."""
     from scipy.stats import spearmanr
 
-    scores = {label: {config_key(r): score(r) for r in rows if score(r) is not None} for label, rows in boards.items()}
-    for label, by_config in scores.items():
-        print(f"\n{label}: output tok/s at C=4, best first")
-        for rank, (key, value) in enumerate(sorted(by_config.items(), key=lambda kv: -kv[1]), 1):
-            print(f"  {rank}. {key:<32} {value:8.1f}")
-    common = sorted(set(scores["random"]) & set(scores["sharegpt"]))
+    common = sorted(set(a) & set(b))
     if len(common) < 3:
-        print(f"\nonly {len(common)} configs ranked in both sweeps: no rank comparison")
-        return 1
-    a = [scores["random"][k] for k in common]
-    b = [scores["sharegpt"][k] for k in common]
-    rho, p = spearmanr(a, b)
-    win_a = max(common, key=scores["random"].get)
-    win_b = max(common, key=scores["sharegpt"].get)
-    print(f"\nwinner random: {win_a}   winner sharegpt+prefix: {win_b}   "
-          f"{'SAME' if win_a == win_b else 'CHANGED'}")
-    print(f"Spearman rho over {len(common)} configs: {rho:.2f} (p={p:.2f})")
-    for label, vals in (("random", a), ("sharegpt", b)):
-        top = sorted(vals, reverse=True)
-        print(f"{label}: best/second = {top[0] / top[1]:.3f}, spread best/worst = {top[0] / top[-1]:.2f}")
+        return math.nan, len(common)
+    return float(spearmanr([a[k] for k in common], [b[k] for k in common])[0]), len(common)
+
+
+def report(boards: dict[str, list[list[dict]]], measure) -> int:
+    runs = {label: [ranked(rows, measure) for rows in sweeps] for label, sweeps in boards.items()}
+    # A config's score per workload: the mean over the replicates that rank it.
+    mean = {label: {k: sum(r[k] for r in rs if k in r) / sum(k in r for r in rs)
+                    for k in set().union(*rs)} for label, rs in runs.items()}
+    for label, by_config in mean.items():
+        print(f"\n{label}: output tok/s at C=4, mean of replicates (each replicate), best first")
+        for rank, (key, value) in enumerate(sorted(by_config.items(), key=lambda kv: -kv[1]), 1):
+            each = " ".join(f"{r[key]:6.1f}" if key in r else "     -" for r in runs[label])
+            print(f"  {rank}. {key:<28} {value:7.1f}   ({each})")
+    for label, rs in runs.items():
+        winners = [max(r, key=r.get) if r else "-" for r in rs]
+        rhos = [spearman(rs[i], rs[j]) for i in range(len(rs)) for j in range(i + 1, len(rs))]
+        print(f"noise floor, {label} replicate vs replicate: winners {winners}, "
+              f"rho {[f'{rho:.2f} (n={n})' for rho, n in rhos]}")
+    rho, n = spearman(mean["random"], mean["sharegpt"])
+    win = {label: max(m, key=m.get) if m else "-" for label, m in mean.items()}
+    cross = [spearman(a, b) for a in runs["random"] for b in runs["sharegpt"]]
+    print(f"winner random: {win['random']}   winner sharegpt+prefix: {win['sharegpt']}   "
+          f"{'SAME' if win['random'] == win['sharegpt'] else 'CHANGED'}")
+    print(f"Spearman rho random vs sharegpt (means, n={n}): {rho:.2f}; "
+          f"per replicate pair: {[f'{r:.2f} (n={k})' for r, k in cross]}")
+    for label, m in mean.items():
+        top = sorted(m.values(), reverse=True)
+        if len(top) >= 2:
+            print(f"{label}: best/second {top[0] / top[1]:.3f}, best/worst {top[0] / top[-1]:.2f}")
     return 0
 
 
