@@ -101,8 +101,11 @@ class LocalSearchSampler(BaseSampler):
     `explore_every`-th trial (0: none) and every trial once the moves are spent left to the base."""
 
     def __init__(self, space: Space, base: BaseSampler, explore: int = 4, noise: float = 0.02,
-                 top_levers: int = 4, seed: int | None = None, explore_every: int = 2):
+                 top_levers: int = 4, seed: int | None = None, explore_every: int = 2,
+                 model: bool = True, spread: bool = True):
+        self._spread = spread  # space-filling proposals until a trial is feasible
         self._space, self._base, self._explore = space, base, explore
+        self._model = model  # rank moves by an additive model pooled over every feasible trial
         self._every = explore_every  # > 0: every n-th trial explores anyway (a portfolio)
         self._noise, self._top, self._seed = noise, top_levers, seed
         self._plans: dict[int, Config] = {}
@@ -114,7 +117,9 @@ class LocalSearchSampler(BaseSampler):
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         label = queued_label(trial)
         if label is None:
-            move = None if self._every and trial.number % self._every == 0 else self.next_move(study)
+            move = self.spread_move(study, trial.number)
+            if move is None and not (self._every and trial.number % self._every == 0):
+                move = self.next_move(study)
             if move is not None:
                 self._plans[trial.number] = move.params
             label = move.why if move else "exploration"
@@ -155,8 +160,12 @@ class LocalSearchSampler(BaseSampler):
         incumbent = path[-1]
         helped = single_lever(path[-2].params, incumbent.params) if len(path) > 1 else None
         scores = move_scores(done)
+        gain = additive_gains(done, incumbent.params, self._noise) if self._model else None
         singles = list(self._single_moves(incumbent, helped))
-        singles.sort(key=lambda m: -scores.get(m.lever_value, 0.0))  # stable: untried moves keep their order
+        # A move seen to crash goes last; otherwise the pooled model's expected gain ranks (stable:
+        # ties keep their order, the lever that just helped first).
+        singles.sort(key=lambda m: (scores.get(m.lever_value, 0.0) <= -1.0,
+                                    -(gain(m.lever_value) if gain else scores.get(m.lever_value, 0.0))))
         for move in itertools.chain(singles, self._combined_moves(incumbent, done)):
             full = with_derived(self._space, move.params)
             key = config_key(full)
@@ -164,6 +173,42 @@ class LocalSearchSampler(BaseSampler):
                 continue
             return move
         return None
+
+    def spread_move(self, study: optuna.Study, number: int) -> Move | None:
+        """While nothing measured has been feasible (a crash-heavy space, or the start): the
+        allowed, untaken config whose lever values have been tried least (a Latin-hypercube-like
+        design), not TPE, which clusters when every value it saw is the same failure."""
+        if not self._spread or len(study.directions) > 1:
+            return None
+        trials = study.get_trials(deepcopy=False)
+        if any(is_feasible(t) for t in trials) or any(queued_label(t) for t in trials
+                                                       if t.state == TrialState.WAITING):
+            return None
+        taken = self._taken_keys(trials)
+        used: dict[tuple[str, Any], int] = {}
+        for t in trials:
+            for item in (t.params or t.system_attrs.get("fixed_params") or {}).items():
+                used[item] = used.get(item, 0) + 1
+        rng = random.Random(f"{self._seed}-spread-{number}")
+        best, best_score = None, None
+        for _ in range(64):
+            changed: Config = {}
+            for name, param in self._space.parameters.items():
+                if is_active(self._space, name, changed):
+                    values = lever_values(param)
+                    least = min(used.get((name, v), 0) for v in values)
+                    changed[name] = rng.choice([v for v in values if used.get((name, v), 0) == least]
+                                               if rng.random() < 0.8 else values)
+            full = with_derived(self._space, changed)
+            if (config_key(full) in taken or excluded_by_rule(self._space, full)
+                    or violated_constraints(self._space, full)):
+                continue
+            score = sum(used.get(item, 0) for item in changed.items())
+            if best_score is None or score < best_score:
+                best, best_score = changed, score
+        if best is None:
+            return None
+        return Move(best, "space-filling exploration (nothing feasible yet)")
 
     def _taken_keys(self, trials: list[FrozenTrial]) -> set[str]:
         """Configs measured, running or queued (a failed one may be retried)."""
@@ -217,6 +262,34 @@ def move_scores(done: list[FrozenTrial]) -> dict[tuple[str, Any], float]:
             delta = (t.values[0] - f.values[0]) / abs(f.values[0] or 1) if is_feasible(t) else -1.0
             deltas.setdefault((lever, t.params[lever]), []).append(delta)
     return {move: sum(d) / len(d) for move, d in deltas.items()}
+
+
+def additive_gains(done: list[FrozenTrial], incumbent: Config, noise: float):
+    """A function giving a single-lever move's expected relative gain over the incumbent, from a
+    ridge fit of log(objective) on one-hot lever values over all feasible trials, plus an optimism
+    bonus that shrinks with how often the value was measured; None with too few trials. Pooling
+    every trial averages away the noise that one comparison with the incumbent keeps."""
+    import numpy as np
+    feasible = [t for t in done if is_feasible(t) and t.values[0] > 0]
+    if len(feasible) < 3:
+        return None
+    columns = sorted({(n, v) for t in feasible for n, v in t.params.items()}, key=repr)
+    index = {c: i for i, c in enumerate(columns)}
+    x = np.zeros((len(feasible), len(columns)))
+    for row, t in enumerate(feasible):
+        for item in t.params.items():
+            x[row, index[item]] = 1.0
+    y = np.log([t.values[0] for t in feasible])
+    coef = np.linalg.solve(x.T @ x + np.eye(len(columns)), x.T @ (y - y.mean()))
+    counts = x.sum(axis=0)
+    spread = max(noise, float(np.std(y)))
+
+    def gain(move: tuple[str, Any]) -> float:
+        name, value = move
+        i, base = index.get(move), index.get((name, incumbent.get(name)))
+        own = coef[base] if base is not None else 0.0
+        return (coef[i] if i is not None else 0.0) - own + spread / np.sqrt((counts[i] if i is not None else 0) + 1)
+    return gain
 
 
 def queued_label(trial: FrozenTrial) -> str | None:
