@@ -102,8 +102,9 @@ class LocalSearchSampler(BaseSampler):
 
     def __init__(self, space: Space, base: BaseSampler, explore: int = 4, noise: float = 0.02,
                  top_levers: int = 4, seed: int | None = None, explore_every: int = 2,
-                 model: bool = True, spread: bool = True):
+                 model: bool = True, spread: bool = True, stall: int = 8):
         self._spread = spread  # space-filling proposals until a trial is feasible
+        self._stall = stall  # > 0: explore space-filling, not by the base, this long after a gain
         self._space, self._base, self._explore = space, base, explore
         self._model = model  # rank moves by an additive model pooled over every feasible trial
         self._every = explore_every  # > 0: every n-th trial explores anyway (a portfolio)
@@ -181,9 +182,18 @@ class LocalSearchSampler(BaseSampler):
         if not self._spread or len(study.directions) > 1:
             return None
         trials = study.get_trials(deepcopy=False)
-        if any(is_feasible(t) for t in trials) or any(queued_label(t) for t in trials
-                                                       if t.state == TrialState.WAITING):
+        if any(queued_label(t) for t in trials if t.state == TrialState.WAITING):
             return None
+        why = "space-filling exploration (nothing feasible yet)"
+        if any(is_feasible(t) for t in trials):
+            # an exploration slot while the climb stalls: somewhere unlike all measured so far
+            if not (self._stall and self._every and number % self._every == 0):
+                return None
+            done = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+            path = climb(done, self._noise, study.direction == optuna.study.StudyDirection.MAXIMIZE)
+            if not path or len(done) - sum(t.number < path[-1].number for t in done) <= self._stall:
+                return None
+            why = f"space-filling exploration (no gain for {self._stall} trials since trial {path[-1].number})"
         taken = self._taken_keys(trials)
         used: dict[tuple[str, Any], int] = {}
         for t in trials:
@@ -208,7 +218,7 @@ class LocalSearchSampler(BaseSampler):
                 best, best_score = changed, score
         if best is None:
             return None
-        return Move(best, "space-filling exploration (nothing feasible yet)")
+        return Move(best, why)
 
     def _taken_keys(self, trials: list[FrozenTrial]) -> set[str]:
         """Configs measured, running or queued (a failed one may be retried)."""
