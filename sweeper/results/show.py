@@ -17,6 +17,9 @@ from sweeper.search.trials import infeasible_reason, is_pareto_study, pareto_tri
 from sweeper.search.stored import output_rejected, reference_text
 
 
+RECENT = 5  # finished trials shown with the strategy that proposed them
+
+
 def build_show_record(study: optuna.Study) -> dict:
     """What `show` says, as plain data (`show --json`): counts by state, why trials do not rank,
     the best (or the Pareto front), engine warnings, the gap to target, and what is running."""
@@ -39,8 +42,12 @@ def build_show_record(study: optuna.Study) -> dict:
         "engine_warnings": list(study.user_attrs.get("engine_warnings") or []),
         "gap": build_study_gap(study),
         "running": [{"trial": t.number, "stage": t.user_attrs.get("stage", "?"), "host": t.user_attrs.get("host", "?"),
-                     "pid": (t.user_attrs.get("process") or {}).get("pid"), "params": t.params}
+                     "pid": (t.user_attrs.get("process") or {}).get("pid"),
+                     "proposed_by": t.user_attrs.get("proposed_by"), "params": t.params}
                     for t in trials if t.state == TrialState.RUNNING],
+        "recent": [{"trial": t.number, "state": t.state.name, "values": list(t.values or []),
+                    "proposed_by": t.user_attrs.get("proposed_by")}
+                   for t in [t for t in trials if t.state.is_finished()][-RECENT:]],
     }
 
 
@@ -65,10 +72,19 @@ def format_show(study: optuna.Study) -> Group:
         lines += [Text(line) for line in format_gap_lines(record["gap"])]
     if record["running"]:
         table = Table(title="running")
-        for column in ("#", "stage", "host", "pid", "params"):
+        for column in ("#", "stage", "host", "pid", "proposed by", "params"):
             table.add_column(column)
         for run in record["running"]:
-            table.add_row(str(run["trial"]), run["stage"], run["host"], str(run["pid"] or "-"), str(run["params"]))
+            table.add_row(str(run["trial"]), run["stage"], run["host"], str(run["pid"] or "-"),
+                          run["proposed_by"] or "-", str(run["params"]))
+        lines.append(table)
+    if record["recent"]:
+        table = Table(title=f"last {len(record['recent'])} finished")
+        for column in ("#", "state", "value", "proposed by"):
+            table.add_column(column)
+        for done in record["recent"]:
+            value = ", ".join(f"{v:.4g}" for v in done["values"]) or "-"
+            table.add_row(str(done["trial"]), done["state"], value, done["proposed_by"] or "-")
         lines.append(table)
     return Group(*lines)
 

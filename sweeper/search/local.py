@@ -102,10 +102,13 @@ class LocalSearchSampler(BaseSampler):
 
     def __init__(self, space: Space, base: BaseSampler, explore: int = 4, noise: float = 0.02,
                  top_levers: int = 4, seed: int | None = None, explore_every: int = 2,
-                 model: bool = True, spread: bool = True, stall: int = 8):
+                 model: bool = True, spread: bool = True, stall: int = 8,
+                 runners: int = 3, walls: bool = False):
         self._spread = spread  # space-filling proposals until a trial is feasible
         self._stall = stall  # > 0: explore space-filling, not by the base, this long after a gain
         self._space, self._base, self._explore = space, base, explore
+        self._walls = walls  # defer values that crashed in every try (off: too eager early on)
+        self._runners = runners  # feasible runners-up to climb from once the incumbent's moves are spent
         self._model = model  # rank moves by an additive model pooled over every feasible trial
         self._every = explore_every  # > 0: every n-th trial explores anyway (a portfolio)
         self._noise, self._top, self._seed = noise, top_levers, seed
@@ -160,20 +163,35 @@ class LocalSearchSampler(BaseSampler):
         taken = self._taken_keys(trials)
         incumbent = path[-1]
         helped = single_lever(path[-2].params, incumbent.params) if len(path) > 1 else None
-        scores = move_scores(done)
-        gain = additive_gains(done, incumbent.params, self._noise) if self._model else None
-        singles = list(self._single_moves(incumbent, helped))
-        # A move seen to crash goes last; otherwise the pooled model's expected gain ranks (stable:
-        # ties keep their order, the lever that just helped first).
-        singles.sort(key=lambda m: (scores.get(m.lever_value, 0.0) <= -1.0,
-                                    -(gain(m.lever_value) if gain else scores.get(m.lever_value, 0.0))))
-        for move in itertools.chain(singles, self._combined_moves(incumbent, done)):
+        scores, walls = move_scores(done), crashing_values(done)
+        maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+        # When the incumbent's neighbourhood is spent, climb on from the runners-up (another
+        # region) before leaving it to the base sampler; moves that crashed before go last of all.
+        runners = sorted((t for t in done if is_feasible(t) and t is not incumbent),
+                         key=lambda t: -t.values[0] if maximize else t.values[0])[:self._runners]
+        safe, risky = self._ranked_singles(incumbent, helped, done, scores, walls)
+        candidates = [safe, self._combined_moves(incumbent, done)]
+        for runner in runners:
+            candidates.append(self._ranked_singles(runner, None, done, scores, walls)[0])
+        candidates.append(risky)
+        for move in itertools.chain(*candidates):
             full = with_derived(self._space, move.params)
             key = config_key(full)
             if key in taken or excluded_by_rule(self._space, full) or violated_constraints(self._space, full):
                 continue
             return move
         return None
+
+    def _ranked_singles(self, base: FrozenTrial, helped: str | None, done, scores, walls):
+        """Single-lever moves from `base`: (safe ones, by the pooled model's expected gain; ones that
+        mostly crashed from a feasible config or whose value never ran)."""
+        gain = additive_gains(done, base.params, self._noise) if self._model else None
+        singles = list(self._single_moves(base, helped))
+        # stable: ties keep their order, the lever that just helped first
+        singles.sort(key=lambda m: -(gain(m.lever_value) if gain else scores.get(m.lever_value, 0.0)))
+        bad = [m for m in singles if scores.get(m.lever_value, 0.0) <= -0.5
+               or (self._walls and m.lever_value in walls)]
+        return [m for m in singles if m not in bad], bad
 
     def spread_move(self, study: optuna.Study, number: int) -> Move | None:
         """While nothing measured has been feasible (a crash-heavy space, or the start): the
@@ -272,6 +290,21 @@ def move_scores(done: list[FrozenTrial]) -> dict[tuple[str, Any], float]:
             delta = (t.values[0] - f.values[0]) / abs(f.values[0] or 1) if is_feasible(t) else -1.0
             deltas.setdefault((lever, t.params[lever]), []).append(delta)
     return {move: sum(d) / len(d) for move, d in deltas.items()}
+
+
+def crashing_values(done: list[FrozenTrial], tries: int = 2) -> set[tuple[str, Any]]:
+    """(lever, value)s that crashed in every one of at least `tries` trials, once something ran."""
+    ran: dict[tuple[str, Any], int] = {}
+    crashed: dict[tuple[str, Any], int] = {}
+    for t in done:
+        if t.state != TrialState.COMPLETE:
+            continue
+        into = crashed if not is_feasible(t) else ran
+        for item in t.params.items():
+            into[item] = into.get(item, 0) + 1
+    if not ran:
+        return set()
+    return {item for item, n in crashed.items() if n >= tries and item not in ran}
 
 
 def additive_gains(done: list[FrozenTrial], incumbent: Config, noise: float):

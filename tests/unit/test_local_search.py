@@ -103,3 +103,50 @@ def test_every_sampler_labels_its_trials():
         ensure_proposed_by(trial, "random")
         study.tell(trial, 1.0)
     assert [t.user_attrs[PROPOSED_BY] for t in study.trials] == ["seed baseline", "random sampler"]
+
+
+def test_nothing_feasible_spreads_over_lever_values():
+    # Every config crashes: proposals are space-filling (each lever's values used about equally),
+    # never a repeat, never a rule-excluded config.
+    sampler = LocalSearchSampler(SPACE, optuna.samplers.TPESampler(seed=0), seed=0)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    launched = _run(study, lambda c: None, 18)
+    labels = [t.user_attrs[PROPOSED_BY] for t in study.trials]
+    assert all(label.startswith("space-filling") for label in labels), labels
+    keys = [config_key(c) for _, c in launched]
+    assert len(keys) == len(set(keys)) == len(launched)
+    for name in ("tp_size", "moe_runner_backend", "nccl_proto"):  # three values each: six of each
+        counts = {}
+        for _, config in launched:
+            counts[config[name]] = counts.get(config[name], 0) + 1
+        assert max(counts.values()) - min(counts.values()) <= 3, (name, counts)
+
+
+def test_the_pooled_model_moves_the_lever_that_pays_first():
+    # tp_size pays 4x per step but was only measured with nccl_proto=LL, which costs 4x: no single
+    # comparison of two configs one lever apart shows it; the model pooled over all trials does.
+    sampler = _local(explore=1)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    base = {**SPACE.seeds[0].params, "ep_size": 1, "nccl_proto": "Simple"}
+    native = {"attention_backend": "torch_native"}  # no effect: keeps tp 8 two levers from all
+    for change in ({"tp_size": 4}, {"tp_size": 8, "nccl_proto": "LL", **native}, {"tp_size": 2, "nccl_proto": "LL"},
+                   {"tp_size": 4, "nccl_proto": "LL"}, {"tp_size": 2, **native}):
+        study.enqueue_trial({**base, **change})
+    _run(study, lambda c: 10.0 * 4 ** [2, 4, 8].index(c["tp_size"]) / (4 if c["nccl_proto"] == "LL" else 1), 5)
+    assert study.best_trial.number == 0
+    move = sampler.next_move(study)
+    assert move is not None and move.lever_value == ("tp_size", 8), move
+    assert move.why == "tp_size=8 from trial 0"
+
+
+def test_show_names_who_proposed_recent_and_running_trials():
+    from sweeper.results.show import build_show_record
+    study = optuna.create_study(direction="maximize", sampler=_local())
+    study.enqueue_trial(SPACE.seeds[0].params, user_attrs={"seed": "baseline"})
+    _run(study, lambda c: 10.0, 3)
+    running = study.ask()
+    record = build_show_record(study)
+    assert [r["proposed_by"] for r in record["recent"]][0] == "seed baseline"
+    assert all(r["proposed_by"] for r in record["recent"])
+    assert record["running"][0]["trial"] == running.number
+    assert record["running"][0]["proposed_by"] == study.trials[running.number].user_attrs[PROPOSED_BY]
