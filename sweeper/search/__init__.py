@@ -2,7 +2,8 @@
 
 - configs.py   a space -> Optuna suggestions, derived values, enumeration, canonical keys
 - samplers.py  which sampler a study uses (`auto`: brute force when small, else local.py)
-- local.py     the default search on large spaces: single-lever moves from the incumbent (then pairs),
+- local.py     the default search on large spaces: single-lever moves from the incumbent ranked by a pooled
+               additive model (then pairs, runners-up), space-filling while nothing is feasible,
                interleaved with TPE; each trial's `proposed_by`
 - study.py     storage, the objective around a trial, dedupe, budget, retries, resume recovery
 - record.py    a TrialOutcome -> objective values, constraints and user attrs (pure)

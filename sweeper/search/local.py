@@ -1,6 +1,9 @@
 """A structured local phase around a base sampler, as the case study searched by hand: from the
-best config so far (the incumbent), change one lever at a time; when no single move helps, combine
-the levers whose moves came closest; when those are spent too, let the base sampler explore.
+best config so far (the incumbent), change one lever at a time, ranked by an additive model pooled
+over every feasible trial; when no single move helps, combine the levers whose moves came closest,
+then climb on from the runners-up; when those are spent too, let the base sampler explore. While
+nothing measured is feasible, and in exploration slots once the climb stalls, propose space-filling
+configs (each lever's values tried about equally) instead.
 
 Noise-aware: a trial replaces the incumbent only when it beats it by more than `noise` (relative),
 so a lucky measurement within the noise does not drag the climb sideways. Stateless between trials
