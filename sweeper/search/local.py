@@ -2,8 +2,8 @@
 best config so far (the incumbent), change one lever at a time, ranked by an additive model pooled
 over every feasible trial; when no single move helps, combine the levers whose moves came closest,
 then climb on from the runners-up; when those are spent too, let the base sampler explore. While
-nothing measured is feasible, and in exploration slots once the climb stalls, propose space-filling
-configs (each lever's values tried about equally) instead.
+nothing measured is feasible, propose space-filling configs (each lever's values tried about
+equally) instead.
 
 Noise-aware: a trial replaces the incumbent only when it beats it by more than `noise` (relative),
 so a lucky measurement within the noise does not drag the climb sideways. Stateless between trials
@@ -105,12 +105,9 @@ class LocalSearchSampler(BaseSampler):
 
     def __init__(self, space: Space, base: BaseSampler, explore: int = 4, noise: float = 0.02,
                  top_levers: int = 4, seed: int | None = None, explore_every: int = 2,
-                 model: bool = True, spread: bool = True, stall: int = 8,
-                 runners: int = 3, walls: bool = False):
+                 model: bool = True, spread: bool = True, runners: int = 3):
         self._spread = spread  # space-filling proposals until a trial is feasible
-        self._stall = stall  # > 0: explore space-filling, not by the base, this long after a gain
         self._space, self._base, self._explore = space, base, explore
-        self._walls = walls  # defer values that crashed in every try (off: too eager early on)
         self._runners = runners  # feasible runners-up to climb from once the incumbent's moves are spent
         self._model = model  # rank moves by an additive model pooled over every feasible trial
         self._every = explore_every  # > 0: every n-th trial explores anyway (a portfolio)
@@ -166,16 +163,16 @@ class LocalSearchSampler(BaseSampler):
         taken = self._taken_keys(trials)
         incumbent = path[-1]
         helped = single_lever(path[-2].params, incumbent.params) if len(path) > 1 else None
-        scores, walls = move_scores(done), crashing_values(done)
+        scores = move_scores(done)
         maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
         # When the incumbent's neighbourhood is spent, climb on from the runners-up (another
         # region) before leaving it to the base sampler; moves that crashed before go last of all.
         runners = sorted((t for t in done if is_feasible(t) and t is not incumbent),
                          key=lambda t: -t.values[0] if maximize else t.values[0])[:self._runners]
-        safe, risky = self._ranked_singles(incumbent, helped, done, scores, walls)
+        safe, risky = self._ranked_singles(incumbent, helped, done, scores)
         candidates = [safe, self._combined_moves(incumbent, done)]
         for runner in runners:
-            candidates.append(self._ranked_singles(runner, None, done, scores, walls)[0])
+            candidates.append(self._ranked_singles(runner, None, done, scores)[0])
         candidates.append(risky)
         for move in itertools.chain(*candidates):
             full = with_derived(self._space, move.params)
@@ -185,15 +182,14 @@ class LocalSearchSampler(BaseSampler):
             return move
         return None
 
-    def _ranked_singles(self, base: FrozenTrial, helped: str | None, done, scores, walls):
+    def _ranked_singles(self, base: FrozenTrial, helped: str | None, done, scores):
         """Single-lever moves from `base`: (safe ones, by the pooled model's expected gain; ones that
-        mostly crashed from a feasible config or whose value never ran)."""
+        mostly crashed from a feasible config)."""
         gain = additive_gains(done, base.params, self._noise) if self._model else None
         singles = list(self._single_moves(base, helped))
         # stable: ties keep their order, the lever that just helped first
         singles.sort(key=lambda m: -(gain(m.lever_value) if gain else scores.get(m.lever_value, 0.0)))
-        bad = [m for m in singles if scores.get(m.lever_value, 0.0) <= -0.5
-               or (self._walls and m.lever_value in walls)]
+        bad = [m for m in singles if scores.get(m.lever_value, 0.0) <= -0.5]
         return [m for m in singles if m not in bad], bad
 
     def spread_move(self, study: optuna.Study, number: int) -> Move | None:
@@ -203,18 +199,9 @@ class LocalSearchSampler(BaseSampler):
         if not self._spread or len(study.directions) > 1:
             return None
         trials = study.get_trials(deepcopy=False)
-        if any(queued_label(t) for t in trials if t.state == TrialState.WAITING):
+        if any(is_feasible(t) for t in trials) or any(queued_label(t) for t in trials
+                                                       if t.state == TrialState.WAITING):
             return None
-        why = "space-filling exploration (nothing feasible yet)"
-        if any(is_feasible(t) for t in trials):
-            # an exploration slot while the climb stalls: somewhere unlike all measured so far
-            if not (self._stall and self._every and number % self._every == 0):
-                return None
-            done = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
-            path = climb(done, self._noise, study.direction == optuna.study.StudyDirection.MAXIMIZE)
-            if not path or len(done) - sum(t.number < path[-1].number for t in done) <= self._stall:
-                return None
-            why = f"space-filling exploration (no gain for {self._stall} trials since trial {path[-1].number})"
         taken = self._taken_keys(trials)
         used: dict[tuple[str, Any], int] = {}
         for t in trials:
@@ -239,7 +226,7 @@ class LocalSearchSampler(BaseSampler):
                 best, best_score = changed, score
         if best is None:
             return None
-        return Move(best, why)
+        return Move(best, "space-filling exploration (nothing feasible yet)")
 
     def _taken_keys(self, trials: list[FrozenTrial]) -> set[str]:
         """Configs measured, running or queued (a failed one may be retried)."""
@@ -293,21 +280,6 @@ def move_scores(done: list[FrozenTrial]) -> dict[tuple[str, Any], float]:
             delta = (t.values[0] - f.values[0]) / abs(f.values[0] or 1) if is_feasible(t) else -1.0
             deltas.setdefault((lever, t.params[lever]), []).append(delta)
     return {move: sum(d) / len(d) for move, d in deltas.items()}
-
-
-def crashing_values(done: list[FrozenTrial], tries: int = 2) -> set[tuple[str, Any]]:
-    """(lever, value)s that crashed in every one of at least `tries` trials, once something ran."""
-    ran: dict[tuple[str, Any], int] = {}
-    crashed: dict[tuple[str, Any], int] = {}
-    for t in done:
-        if t.state != TrialState.COMPLETE:
-            continue
-        into = crashed if not is_feasible(t) else ran
-        for item in t.params.items():
-            into[item] = into.get(item, 0) + 1
-    if not ran:
-        return set()
-    return {item for item, n in crashed.items() if n >= tries and item not in ran}
 
 
 def additive_gains(done: list[FrozenTrial], incumbent: Config, noise: float):
