@@ -37,7 +37,7 @@ pytestmark = pytest.mark.slow
 
 CHROMIUM = "/usr/bin/chromium"
 STUDY = "demo"
-FIGURES = 6
+FIGURES = 7  # throughput, latency, pareto, serving trade-off, importance, failures, timeline
 
 
 def demo_space_text() -> str:
