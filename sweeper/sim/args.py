@@ -50,7 +50,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     # The ports SGLang binds besides --port (sim/ports.py binds them as it does)
     parser.add_argument("--nccl-port", type=int, default=None)
     parser.add_argument("--dist-init-addr", "--nccl-init-addr", dest="dist_init_addr", default=None)
-    parser.add_argument("--enable-dp-attention", action="store_true")
+    # DP attention as SGLang spells it from 0.5.23 (--enable-dp-attention deprecated; the simulator
+    # lacks it, so a space using it meets the flag check's replacement hint)
+    parser.add_argument("--attn-dp-size", "--attention-data-parallel-size", dest="attn_dp_size", type=int, default=1)
     parser.add_argument("--disable-radix-cache", action="store_true")  # no prefix cache
     parser.add_argument("--enable-metrics", action="store_true")  # /metrics (Prometheus text)
     # Accepted and ignored, as harness scripts commonly pass them.

@@ -303,7 +303,10 @@ def wait_ready(host: Host, proc: ServerProcess, info: EngineInfo, port: int, mod
             return crashed
         health = get_status(base_url + info.readiness.health_path)
         if health is not None and not host.listens_on(proc, port):
-            # Something else holds the port: never measure a server that is not ours.
+            # Our server may have answered and died since (its socket gone with it): that is its
+            # crash. Else something else holds the port: never measure a server that is not ours.
+            if crashed := _crashed(host, proc, info, watch):
+                return crashed
             return Crashed("port_busy", f"port {port} is answered by a process that is not this server",
                            watch.tail())
         if health == 200 and _generates(base_url, model, info):

@@ -23,7 +23,7 @@ from tests.support.paths import ROOT
 from tests.support.ports import free_port_on
 from tests.support.spaces import ONE_SEED_SPACE
 
-SPACE_TEXT = (ONE_SEED_SPACE.replace("fixed_flags: {", "fixed_flags: {--enable-dp-attention: true, ")
+SPACE_TEXT = (ONE_SEED_SPACE.replace("fixed_flags: {", "fixed_flags: {--attn-dp-size: 2, ")
               .replace("budget: {trials: 5}", "budget: {trials: 1}"))
 DETOKENIZER = 235  # detokenizer_port = --port + 233 + 2 (sglang/srt/server_args.py, PortArgs.init_new)
 

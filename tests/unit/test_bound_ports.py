@@ -43,7 +43,7 @@ def test_sglang_with_dp_attention_binds_the_tcp_ports_derived_from_its_port():
     assert ports("sglang", fixed="--attn-dp-size: 1") == {30000: "--port"}
     moved = ports("sglang", fixed="--enable-dp-attention: true, --dist-init-addr: '127.0.0.1:5000'")
     assert sorted(moved) == [5000, 5001, 5002, 5003, 5004, 5005, 30000]
-    assert ports("sim", fixed="--enable-dp-attention: true") == want  # the simulator binds the same
+    assert ports("sim", fixed="--attn-dp-size: 2") == want  # the simulator binds the same
 
 
 def test_vllm_binds_its_port_and_the_internal_ports_it_is_told():
