@@ -122,7 +122,7 @@ def test_a_busy_base_port(doctor, ssh_home):
 def test_a_busy_internal_port_of_the_engine(doctor, ssh_home):
     """With DP attention SGLang (and the sim) binds --port + 233 .. + 238: a listener on the
     detokenizer's port is named, though the HTTP port itself is free."""
-    space = TINY_SPACE.replace("fixed_flags: {", "fixed_flags: {--enable-dp-attention: true, ")
+    space = TINY_SPACE.replace("fixed_flags: {", "fixed_flags: {--attn-dp-size: 2, ")
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", doctor.base_port + 235))
         listener.listen()
