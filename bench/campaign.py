@@ -6,7 +6,9 @@ it (a real CLI subprocess, real simulator servers, per-launch speed factor std 5
 declared winner's and the naive pick's *modelled* throughput (the simulator's noiseless performance
 model, what `sweeper sim best` reads) against the model's optimum.
 
-    .venv/bin/python bench/campaign.py [--seeds 10] [--first 0] [--out bench-campaign.json]
+    .venv/bin/python bench/campaign.py [--seeds 10] [--first 0] [--out bench-campaign.json] [--sampler model --trials 30]
+
+bench/campaign_model.py runs the same policy on the model in seconds (for choosing its settings).
 """
 
 from __future__ import annotations
@@ -42,14 +44,26 @@ def write_hosts(folder: Path) -> Path:
     return path
 
 
-def run_seed(seed: int, results: Path, space, optimum: float) -> dict:
+def space_file(folder: Path, sampler: str | None) -> Path:
+    """The benchmark's space, with another sampler when one is asked for."""
+    if sampler is None:
+        return SPACE
+    path = folder / f"campaign-sim-{sampler}.yaml"
+    path.write_text(SPACE.read_text() + f"search: {{sampler: {sampler}}}\n")
+    return path
+
+
+def run_seed(seed: int, results: Path, space, optimum: float, sampler: str | None = None,
+             trials: int | None = None) -> dict:
     name = f"bench-{seed}"
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "sweeper.cli", "--quiet", "campaign", str(SPACE), "--study", name,
-                           "--seed", str(seed), "--max-launches", str(MAX_LAUNCHES), "--results", str(results),
-                           "--hosts", str(write_hosts(results))],
+    proc = subprocess.run([sys.executable, "-m", "sweeper.cli", "--quiet", "campaign", str(space_file(results, sampler)),
+                           "--study", name, "--seed", str(seed), "--max-launches", str(MAX_LAUNCHES),
+                           "--results", str(results), "--hosts", str(write_hosts(results)),
+                           *(["--trials", str(trials)] if trials else [])],
                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
-    row = {"seed": seed, "rc": proc.returncode, "wall_s": round(time.monotonic() - started)}
+    row = {"seed": seed, "rc": proc.returncode, "wall_s": round(time.monotonic() - started),
+           "sampler": sampler or "auto", "sweep_trials": trials or space.budget.trials}
     if proc.returncode != 0:
         return {**row, "error": proc.stderr.strip()[-500:]}
     study = load_study(name, results, None)
@@ -74,6 +88,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--first", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("bench-campaign.json"))
+    parser.add_argument("--sampler", help="the sweep's sampler (default: the space's, auto)")
+    parser.add_argument("--trials", type=int, help="the sweep's evaluations (default: the space's budget, 26)")
     args = parser.parse_args()
     space = load_space(SPACE)
     optimum = best_config(space).value
@@ -83,7 +99,7 @@ def main() -> None:
         for seed in range(args.first, args.first + args.seeds):
             if seed in done:
                 continue
-            rows.append(run_seed(seed, Path(tmp), space, optimum))
+            rows.append(run_seed(seed, Path(tmp), space, optimum, args.sampler, args.trials))
             print(json.dumps(rows[-1]), flush=True)
             args.out.write_text(json.dumps(rows, indent=1))
     ok = [r for r in rows if "error" not in r]

@@ -24,6 +24,7 @@ class SearchTrace:
     best_by_evaluation: list[float]  # best TRUE objective after each real evaluation (noise aside)
     crashed: list[bool]  # whether each real evaluation was of a config that fails
     reproposed_crashes: int = 0  # proposals of a config already seen to crash (free: deduped)
+    study: optuna.Study | None = None  # what the search saw (noisy values), for what runs after it
 
     @property
     def crashes(self) -> int:
@@ -45,7 +46,7 @@ def simulate_search(space: Space, sampler: optuna.samplers.BaseSampler, evaluati
         for seed in space.seeds:
             study.enqueue_trial(seed.params, user_attrs={"seed": seed.name})
     seen: dict[str, tuple[float | None, float]] = {}
-    trace = SearchTrace([], [])
+    trace = SearchTrace([], [], study=study)
     crashed_keys: set[str] = set()
     best, asked = 0.0, 0
     while len(trace.best_by_evaluation) < evaluations and asked < evaluations * 50:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import optuna
 from optuna.distributions import BaseDistribution
@@ -97,13 +97,17 @@ def single_lever(a: Config, b: Config) -> str | None:
 
 
 class LocalSearchSampler(BaseSampler):
-    """Seeds and `explore` base-sampler trials first; then moves from the incumbent, with every
-    `explore_every`-th trial (0: none) and every trial once the moves are spent left to the base."""
+    """Seeds and `explore` exploring trials first; then moves from the incumbent, with every
+    `explore_every`-th trial (0: none; 1: all) and every trial once the moves are spent exploring.
+    An exploring trial is the `explorer`'s proposal (given the study and the configs taken) or,
+    without one or when it has none, the base sampler's."""
 
     def __init__(self, space: Space, base: BaseSampler, explore: int = 4, noise: float = 0.02,
-                 top_levers: int = 4, seed: int | None = None, explore_every: int = 2):
+                 top_levers: int = 4, seed: int | None = None, explore_every: int = 2,
+                 explorer: Callable[[optuna.Study, set[str]], Move | None] | None = None):
         self._space, self._base, self._explore = space, base, explore
         self._every = explore_every  # > 0: every n-th trial explores anyway (a portfolio)
+        self._explorer = explorer
         self._noise, self._top, self._seed = noise, top_levers, seed
         self._plans: dict[int, Config] = {}
 
@@ -115,6 +119,8 @@ class LocalSearchSampler(BaseSampler):
         label = queued_label(trial)
         if label is None:
             move = None if self._every and trial.number % self._every == 0 else self.next_move(study)
+            if move is None and self._explorer is not None:
+                move = self._explorer(study, self._taken_keys(study.get_trials(deepcopy=False)))
             if move is not None:
                 self._plans[trial.number] = move.params
             label = move.why if move else "exploration"

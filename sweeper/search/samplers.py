@@ -13,13 +13,13 @@ from typing import Any
 import optuna
 from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.spec.space import Space
 from sweeper.search.configs import count_configs, enumerate_configs, parameter_values
-from sweeper.search.local import LocalSearchSampler
+from sweeper.search.local import LocalSearchSampler, Move
 
-SAMPLERS = ("auto", "tpe", "brute", "random", "grid")
+SAMPLERS = ("auto", "model", "hybrid", "local", "tpe", "brute", "random", "grid")
 _COUNT_LIMIT = 200_000  # enumerate a space to count it only below this many raw combinations
 
 
@@ -40,6 +40,21 @@ class GridOrderSampler(BaseSampler):
                            param_distribution: BaseDistribution) -> Any:
         config = self._configs[trial.number % len(self._configs)]
         return config[param_name]
+
+
+def model_explorer(space: Space, seed: int | None):
+    """Exploration by a Thompson draw of search/model.py's additive model of every trial so far."""
+    def explore(study: optuna.Study, taken: set[str]) -> Move | None:
+        from sweeper.search.model import propose
+
+        if len(study.directions) > 1:
+            return None
+        trials = study.get_trials(deepcopy=False)
+        done = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+        maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+        proposal = propose(space, done, taken, maximize, f"{seed}-{len(trials)}")
+        return None if proposal is None else Move(proposal.params, proposal.why)
+    return explore
 
 
 def raw_size(space: Space) -> float:
@@ -72,6 +87,12 @@ def build_sampler(space: Space, budget: int, name: str = "auto", seed: int | Non
                 return GridOrderSampler(space)
             case "local":
                 return LocalSearchSampler(space, tpe_sampler(budget, seed), seed=seed)
+            case "model":  # every trial the model's
+                return LocalSearchSampler(space, tpe_sampler(budget, seed), explore=0, seed=seed, explore_every=1,
+                                          explorer=model_explorer(space, seed))
+            case "hybrid":  # the climb, its exploration slots the model's
+                return LocalSearchSampler(space, tpe_sampler(budget, seed), seed=seed,
+                                          explorer=model_explorer(space, seed))
             case _:
                 return tpe_sampler(budget, seed)
 
