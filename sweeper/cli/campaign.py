@@ -37,8 +37,8 @@ def campaign(
                                 "rounds are added until the winner separates (Welch p < 0.05)."),
     max_repeats: int = typer.Option(6, "--max-repeats", min=2, help="Runs of one finalist before an unresolved "
                                     "top is declared a tie."),
-    max_launches: Optional[int] = typer.Option(None, "--max-launches", min=1, help="Sweep evaluations plus "
-                                               "validation launches, in all."),
+    max_launches: Optional[int] = typer.Option(None, "--max-launches", min=1, help="Sweep evaluations, "
+                                               "validation launches and the profile's launch, in all."),
     trials: Optional[int] = typer.Option(None, "--trials", min=1, help="The sweep's budget of evaluations "
                                          "(default: the space's)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Sampler seed, for a reproducible search."),
@@ -67,8 +67,9 @@ def campaign(
             raise UserError(f"--max-launches {max_launches}: leaves no launch for validation after --trials {trials}")
         name = study or f"{space.name}-{datetime.now():%Y%m%d-%H%M%S}"
         budget = trials or space.budget.trials
-        if max_launches is not None:
-            budget = min(budget, max_launches - 2 * finalists)
+        if max_launches is not None:  # room for the finalists' first rounds and the profile's launch
+            from sweeper.profile.control import PROFILERS
+            budget = min(budget, max_launches - 2 * finalists - int(space.engine in PROFILERS))
             if budget < 1:
                 raise UserError(f"--max-launches {max_launches}: no room for a sweep and {finalists} finalists "
                                 f"x 2 runs")

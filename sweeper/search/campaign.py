@@ -154,7 +154,7 @@ class Campaign:
             if waiting:
                 self._run_validation_queue(validation)
                 continue
-            launched = evaluations(self.study) + evaluations(validation.study)
+            launched = evaluations(self.study) + evaluations(validation.study) + self.profile_launches()
             launches_left = (settings.max_launches - launched) if settings.max_launches else 10 ** 9
             time_left = None
             if settings.time_budget_s is not None:
@@ -185,6 +185,15 @@ class Campaign:
             host.close()
             raise
         self.io.run_trials(validation, host, lambda events: run_queue(validation, host, events))
+
+    def profile_launches(self) -> int:
+        """The launch the profile phase will spend (held back from validation's share): 1 where the
+        engine has a profiler and no profile is stored yet."""
+        from sweeper.profile.command import PROFILE_ATTR_PREFIX
+        from sweeper.profile.control import PROFILERS
+
+        stored = any(key.startswith(PROFILE_ATTR_PREFIX) for key in self.study.user_attrs)
+        return int(self.handle.space.engine in PROFILERS and not stored)
 
     def winner(self) -> int:
         verdict = campaign_record(self.study)["phases"]["validate"]["verdict"]

@@ -56,7 +56,8 @@ def no_server_left(cli) -> bool:
 
 @pytest.mark.timeout(900)
 def test_campaign_runs_every_phase_and_heads_the_report_with_the_summary(ccli):
-    result = ccli.run("campaign", "camp.yaml", "--study", "cp", *ARGS, timeout=800)
+    # 12 launches in all: the 6 of the sweep, the profile's one, so 5 for validation
+    result = ccli.run("campaign", "camp.yaml", "--study", "cp", *ARGS, "--max-launches", "12", timeout=800)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     out = result.stdout
     for phase in ("sweep", "validate", "profile", "report", "script"):
@@ -74,6 +75,7 @@ def test_campaign_runs_every_phase_and_heads_the_report_with_the_summary(ccli):
     validation = open_study(ccli, "cp-validate")
     labels = [t.user_attrs["label"] for t in validation.trials]
     assert summary["launches"]["validation"] == sum(1 for t in validation.trials if t.user_attrs.get("launched"))
+    assert summary["launches"]["profile"] == 1 and summary["launches"]["total"] <= 12, summary["launches"]
     from sweeper.search.trials import ranked_trials
 
     first_round = [f"trial {t.number}" for t in ranked_trials(study)[:2]]
