@@ -19,7 +19,8 @@ import numpy as np
 from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.spec.space import Space
-from sweeper.search.configs import Config, config_key, is_active, parameter_values, with_derived
+from sweeper.search.configs import Config, config_key, is_active, with_derived
+from sweeper.search.local import is_feasible, lever_values
 from sweeper.spec.rules import excluded_by_rule, violated_constraints
 
 EFFECT_PRIOR = 0.3  # prior std of one lever value's effect on log(objective): +-30%
@@ -33,13 +34,6 @@ SAFE_BAD = 0.03  # a value seen running may still crash in some combination (pai
 Item = tuple[str, Any]
 
 
-def lever_values(param) -> list[Any]:
-    try:
-        return parameter_values(param)
-    except ValueError:  # a stepless float: nine points of its range
-        return [param.low + (param.high - param.low) * i / 8 for i in range(9)]
-
-
 def _item(space: Space, name: str, value: Any) -> Item:
     """A lever value as a model feature (a stepless float snaps to the nearest of its nine points)."""
     values = lever_values(space.parameters[name])
@@ -50,11 +44,6 @@ def _item(space: Space, name: str, value: Any) -> Item:
 
 def _items(space: Space, params: Config) -> list[Item]:
     return [_item(space, n, v) for n, v in params.items() if n in space.parameters]
-
-
-def is_feasible(trial: FrozenTrial) -> bool:
-    return (trial.state == TrialState.COMPLETE and trial.values is not None
-            and all(v <= 0 for v in (trial.constraints or {}).values()))
 
 
 def crashed(trial: FrozenTrial) -> bool:
