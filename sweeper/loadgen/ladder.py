@@ -20,8 +20,8 @@ from sweeper.loadgen.capacity import CapacitySlo, capacity_record, find_capacity
 from sweeper.loadgen.client import LevelRun, StreamOptions, get, run_closed_loop, run_measured, run_open_loop
 from sweeper.loadgen.datasets import LengthDistribution, PromptRecord, draw_lengths, load_dataset, sample_records
 from sweeper.loadgen.endpoints import APIS, Api, Prompt
-from sweeper.loadgen.metrics import (MAX_CLIENT_LAG_P99_MS, achieved_arrival_rate, combine_repeats, spoiled_by_client,
-                                     summarize_level)
+from sweeper.loadgen.metrics import (MAX_CLIENT_LAG_P99_MS, achieved_arrival_rate, combine_repeats, latency_fields,
+                                     spoiled_by_client, summarize_level)
 from sweeper.loadgen.pinning import client_apart
 from sweeper.loadgen.precision import PrecisionStop, estimate_of_run
 from sweeper.loadgen.probe import LevelProbe, cache_fields, token_count_fields
@@ -46,6 +46,7 @@ RECORD_KEYS = (
     "prompt_tokens_counted", "mean_prompt_tokens_counted", "prompt_tokens_counted_by",
     "cache_flushed", "prefix_cache_hit_rate", "prefix_cache_hit_tokens", "prefix_cache_query_tokens",
     "output_throughput_ci_low", "output_throughput_ci_high", "batches", "precision_reached", "warmup_dropped_s",
+    "steady_requests",
     "valid", "invalid_reason",
 )
 
@@ -286,6 +287,10 @@ def precision_fields(plan: LoadPlan, run: LevelRun, until: PrecisionStop) -> dic
     }
     if estimate.batches:
         fields["output_throughput"] = estimate.value
+        # the latencies of the same steady state: requests sent after the warm-up MSER dropped
+        cut = run.start + estimate.warmup_dropped_s * plan.time_scale
+        if steady := [s for s in run.samples if s.ok and s.start >= cut]:
+            fields.update(latency_fields(steady, plan.time_scale), steady_requests=len(steady))
     if not reached:
         fields["precision_note"] = (
             f"imprecise: 95% CI half-width {estimate.relative_half_width:.1%} over {estimate.batches} batches, "

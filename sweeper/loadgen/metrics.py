@@ -249,9 +249,6 @@ def summarize_level(
     completed = [s for s in samples if s.ok]
     dur = duration_s / time_scale
     latencies = [s.latency / time_scale for s in completed]
-    ttfts = [s.ttft / time_scale for s in completed if math.isfinite(s.ttft)]
-    itls = [itl / time_scale for s in completed for itl in inter_token_latencies_s(s)]
-    tpots = [t / time_scale for s in completed if (t := time_per_output_token_s(s)) is not None]
     total_input = sum(s.prompt_tokens for s in completed)
     total_output = sum(s.output_tokens for s in completed)
     achieved = achieved_concurrency(latencies, dur)
@@ -275,11 +272,7 @@ def summarize_level(
         "request_goodput": goodput,
         "slo_ttft_ms": slo_ttft_ms,
         "slo_tpot_ms": slo_tpot_ms,
-        **percentile_summary(_to_ms(ttfts), "ttft"),
-        **percentile_summary(_to_ms(itls), "itl"),
-        **percentile_summary(_to_ms(tpots), "tpot"),
-        **percentile_summary(_to_ms(latencies), "e2e_latency"),
-        "output_throughput_per_user": per_user_throughput(tpots),
+        **latency_fields(completed, time_scale),
         "concurrency": achieved,
         "client_turnaround_concurrency": turnaround if turnarounds_s is not None else None,
         "max_concurrent_requests": concurrency,
@@ -291,6 +284,21 @@ def summarize_level(
         "errors": distinct_errors(samples),
         "valid": not reasons,
         "invalid_reasons": reasons,
+    }
+
+
+def latency_fields(completed: Sequence[RequestSample], time_scale: float = 1.0) -> dict[str, float | None]:
+    """The latency percentiles (TTFT, ITL, TPOT, e2e; modelled ms) and tok/s per user of completed
+    requests: the whole run's in summarize_level, the steady state's in a precise level."""
+    ttfts = [s.ttft / time_scale for s in completed if math.isfinite(s.ttft)]
+    itls = [itl / time_scale for s in completed for itl in inter_token_latencies_s(s)]
+    tpots = [t / time_scale for s in completed if (t := time_per_output_token_s(s)) is not None]
+    return {
+        **percentile_summary(_to_ms(ttfts), "ttft"),
+        **percentile_summary(_to_ms(itls), "itl"),
+        **percentile_summary(_to_ms(tpots), "tpot"),
+        **percentile_summary(_to_ms([s.latency / time_scale for s in completed]), "e2e_latency"),
+        "output_throughput_per_user": per_user_throughput(tpots),
     }
 
 

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 import numpy as np
 from scipy import stats
 
 from sweeper.loadgen import precision
-from sweeper.loadgen.client import RequestSample
+from sweeper.loadgen.client import LevelRun, RequestSample, StreamOptions
+from sweeper.loadgen.ladder import LoadPlan, summarize_run
+from sweeper.loadgen.lag import LagStats
 from sweeper.loadgen.precision import (MIN_BATCHES, MSER_BATCH, WINDOWS_PER_ROUND, PrecisionStop, SteadyEstimate,
                                        batch_means_ci, mser_truncation, steady_estimate, window_series)
 
@@ -152,3 +155,21 @@ def test_stop_rule_is_judged_at_most_every_judge_interval():
     for n in range(1, 41):
         rule(samples[:n], start, n, start)
     assert rule._judged_at == 1  # 40 completions inside one interval: one judgement, not 40
+
+
+def test_a_precise_levels_latency_percentiles_leave_out_the_warm_up_it_dropped():
+    """The slow first rounds (a JIT compile, a graph capture) are cut from the throughput by MSER;
+    the same cut applies to the latencies, or one warm-up would set every p99."""
+    samples = closed_loop(rounds=40, concurrency=4, latency=1.0, tokens=20, slow_rounds=3)
+    stop = 45.0
+    run = LevelRun([s for s in samples if s.start < stop], 0.0, max(s.end for s in samples if s.start < stop),
+                   LagStats(10, 0.1, 0.2, 0.3), turnarounds_s=[], stopped_at=stop)
+    plan = LoadPlan(concurrency=(4,), input_len=8, output_len=20, options=StreamOptions(), precision=0.02)
+    until = PrecisionStop(0.02, concurrency=4, max_seconds=None, max_requests=None)
+    level = summarize_run(plan, 4, run, until)
+    assert level["precision_reached"] and 6.0 <= level["warmup_dropped_s"] <= 14.0
+    assert level["steady_requests"] < level["completed"]
+    # steady requests take 1 s end to end (+-2%); the 12 slow ones took 3 s
+    assert level["p99_e2e_latency_ms"] < 1100.0 and level["max_concurrent_requests"] == 4
+    whole = summarize_run(replace(plan, precision=None), 4, run)
+    assert whole["p99_e2e_latency_ms"] > 2500.0  # the fixed-size level's percentiles include them
