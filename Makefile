@@ -9,7 +9,7 @@ REAL_STUDY := llamacpp-cpu-$(shell date +%Y%m%d-%H%M%S)
 LLAMA_SERVER := $(shell scripts/build_llama_server.sh --path)
 DEMO_MODEL := models/random-8x512.gguf
 
-.PHONY: demo demo-real test test-deps install install-test clean llama-server
+.PHONY: demo demo-real bench-campaign-real test test-deps install install-test clean llama-server
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,11 @@ $(DEMO_MODEL): | install
 # A real engine here: sweep llama-server on a random-weight model (README "A real engine: llama.cpp").
 demo-real: install llama-server $(DEMO_MODEL)
 	$(BIN)/sweeper sweep search_spaces/llamacpp-cpu.yaml --study $(REAL_STUDY)
+
+# The campaign on the real engine (bench/README.md "campaign on llama.cpp"): winner, CI, tie or not.
+bench-campaign-real: install llama-server $(DEMO_MODEL)
+	$(BIN)/sweeper campaign search_spaces/llamacpp-cpu.yaml --study campaign-$(REAL_STUDY) --seed 0
+	$(BIN)/sweeper best campaign-$(REAL_STUDY) --json
 	$(BIN)/sweeper leaderboard $(REAL_STUDY) --top 10
 
 # The SSH tests start a real OpenSSH server (tests/support/sshd.py) and the report tests open the report in
