@@ -13,6 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from sweeper.levels import short_level
 from sweeper.engines.base import gpus_in_argv
 from sweeper.errors import InfraError
 from sweeper.loadgen.capacity import CapacitySlo
@@ -123,7 +124,7 @@ def _check_and_measure(ctx: TrialContext, outcome: TrialOutcome, server: Launche
             if spoiled_by_client(measured):
                 # still the harness's own fault after its retries: an infrastructure fault (the
                 # trial is queued again), never the config's
-                raise InfraError(f"the load client spoiled C={goal_level} (after {measured.get('harness_retries')} "
+                raise InfraError(f"the load client spoiled {short_level(goal_level)} (after {measured.get('harness_retries')} "
                                  f"retries): {reasons}")
             # An invalid measurement never scores: recorded with its reasons, never ranked.
             outcome.failure = Failure("load", "invalid_measurement", reasons)
