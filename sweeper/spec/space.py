@@ -511,8 +511,9 @@ def _cross_check_space(space: Space) -> list[tuple[KeyPath, str]]:
 def _check_open_loop(workload: Workload) -> list[tuple[KeyPath, str]]:
     """The open-loop keys go together, and with what an open loop can do."""
     if not workload.open_loop:
-        return [(("workload", key), "shapes open-loop levels: set workload.request_rates too")
-                for key in ("arrival", "max_concurrency") if key in workload.model_fields_set]
+        given = [key for key in ("arrival", "max_concurrency") if key in workload.model_fields_set
+                 and getattr(workload, key) is not None]
+        return [(("workload", key), "shapes open-loop levels: set workload.request_rates too") for key in given]
     problems: list[tuple[KeyPath, str]] = []
     if workload.precision is not None:
         problems.append((("workload", "precision"), "drives closed-loop levels; an open-loop level sends "
