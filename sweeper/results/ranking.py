@@ -9,6 +9,7 @@ import math
 import optuna
 import pandas as pd
 
+from sweeper.loadgen.capacity import capacity_found
 from sweeper.errors import UserError
 from sweeper.outcomes import CAPACITY_METRIC
 from sweeper.levels import Level, as_level_of, format_number, level_key
@@ -25,7 +26,7 @@ def rank_value(trial_levels: dict, feasible: bool, spec: ObjectiveSpec, capacity
     """The metric a trial ranks by at the spec's level (max_load_within_slo: the capacity its
     search found, `capacity` attr); NaN when it cannot rank there."""
     if spec.metric == CAPACITY_METRIC:
-        found = (capacity or {}).get("capacity_concurrency")
+        found = capacity_found(capacity)
         return float(found) if feasible and found is not None else math.nan
     metrics = trial_levels.get(level_key(spec.level)) or {}
     value = metrics.get(spec.metric)

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from sweeper.levels import short_level
+from sweeper.levels import is_rate, short_level
 from sweeper.outcomes import CAPACITY_METRIC
 from sweeper.results.gap import GapToTarget, format_gap_lines
 from sweeper.results.report_data import PERCENTILES, ReportData
@@ -78,7 +78,8 @@ def build_summary_section(data: ReportData) -> Section:
         goal = (f"Two objectives (the Pareto mode): maximize {throughput.metric} at {short_level(throughput.level)}, "
                 f"minimize {latency.metric} at {short_level(latency.level)}; the ranked configs are the Pareto front.")
     elif data.objective.metric == CAPACITY_METRIC:
-        goal = ("Objective: max_load_within_slo, the highest concurrency within the SLO, searched per trial "
+        load = "request rate" if is_rate(data.objective.level) else "concurrency"
+        goal = (f"Objective: max_load_within_slo, the highest {load} within the SLO, searched per trial "
                 "(maximize).")
     else:
         goal = (f"Objective: {data.objective.metric} at {short_level(data.objective.level)} "

@@ -7,6 +7,7 @@ import math
 from dataclasses import asdict
 from typing import Any
 
+from sweeper.loadgen.capacity import capacity_found
 from sweeper.levels import Level, describe_level, level_key
 from sweeper.spec.space import Space
 from sweeper.trial.pipeline import Failure, TrialOutcome
@@ -22,7 +23,7 @@ def objective_values(space: Space, outcome: TrialOutcome) -> list[float]:
     when there is none, so a failure can never win (its constraint marks it infeasible as well)."""
     values = []
     if space.finds_capacity:  # the search's answer; 0 (never a winner) without one
-        found = outcome.capacity.get("capacity_concurrency") if outcome.capacity and outcome.failure is None else None
+        found = capacity_found(outcome.capacity) if outcome.failure is None else None
         return [float(found) if found is not None else worst_value("maximize")]
     for goal in space.goals:
         metrics = outcome.levels.get(goal.level)
@@ -46,7 +47,9 @@ def constraint_values(outcome: TrialOutcome, space: Space) -> dict[str, float]:
     worst SLO was exceeded at a measured level up to the objective level."""
     fault = outcome.failure is not None and outcome.failure.kind not in (FailureKind.SLO, FailureKind.ABANDONED)
     if space.finds_capacity:  # the SLO is what the search measures against: broken only at C = 1
-        slo = slo_excess(space, {1: outcome.levels[1]}) if 1 in outcome.levels else 0.0
+        # (a rate search: at the lowest rate it tried, when even that one broke it)
+        lowest = min(outcome.levels) if space.workload.open_loop and outcome.levels else 1
+        slo = slo_excess(space, {lowest: outcome.levels[lowest]}) if lowest in outcome.levels else 0.0
         return {"config_fault": 1.0 if fault else 0.0, "slo": slo}
     return {"config_fault": 1.0 if fault else 0.0, "slo": slo_excess(space, outcome.levels)}
 

@@ -206,6 +206,10 @@ class Workload(Strict):
     # SLO capacity search (objective max_load_within_slo; README "SLO capacity")
     capacity_max_concurrency: int = Field(256, ge=1, description="the search's ceiling")
     capacity_resolution: int = Field(1, ge=1, description="stop when holding and failing C are this close")
+    # ...over the request rate, with request_rates: [start] (as `sweeper load --find-capacity --rate`)
+    capacity_max_rate: float = Field(1000.0, gt=0, description="a rate search's ceiling (req/s)")
+    capacity_rate_resolution: float = Field(0.05, gt=0, lt=1, description=(
+        "a rate search stops when failing and holding rates are within this fraction of the holding one"))
     # prompt sources (README "Prompt sources and shared prefixes"); paths relative to the space file
     dataset: str | None = Field(None, description="ShareGPT JSON or JSONL file of prompts, sent verbatim")
     dataset_format: Literal["sharegpt", "jsonl"] | None = Field(None, description="default: from the content")
@@ -468,7 +472,8 @@ def space_fingerprint(space: Space) -> str:
     if data.get("objectives") is None:  # keeps the hashes of studies made before the key existed
         data.pop("objectives", None)
     workload = data.get("workload", {})
-    for key, default in (("request_rates", None), ("arrival", "poisson"), ("max_concurrency", None)):
+    for key, default in (("request_rates", None), ("arrival", "poisson"), ("max_concurrency", None),
+                         ("capacity_max_rate", 1000.0), ("capacity_rate_resolution", 0.05)):
         if workload.get(key) == default:  # the same for the open-loop keys
             workload.pop(key, None)
     canonical = json.dumps(data, sort_keys=True)
@@ -617,9 +622,13 @@ def _check_capacity(space: Space) -> list[tuple[KeyPath, str]]:
         problems.append((("objective", "level"), "max_load_within_slo searches the load: it reads no fixed level"))
     if space.workload.load != "sweeper":
         problems.append((("workload", "load"), "max_load_within_slo measures with sweeper's client (load: sweeper)"))
-    if space.workload.open_loop:
-        problems.append((("workload", "request_rates"), "max_load_within_slo searches concurrency in a sweep; "
-                         "a rate search is `sweeper load URL --find-capacity --rate R`: drop request_rates here"))
+    rates = space.workload.request_rates
+    if rates is not None and len(rates) != 1:
+        problems.append((("workload", "request_rates"), "max_load_within_slo over the rate searches from one start "
+                         f"rate: give request_rates: [START] (got {len(rates)} rates)"))
+    elif rates is not None and space.workload.capacity_max_rate < rates[0]:
+        problems.append((("workload", "capacity_max_rate"), f"{space.workload.capacity_max_rate:g} is below the "
+                         f"start rate {rates[0]:g} (workload.request_rates)"))
     return problems
 
 

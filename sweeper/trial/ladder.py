@@ -21,7 +21,7 @@ from sweeper.loadgen.onhost import LoadPlace
 from sweeper.loadgen.probe import LevelProbe
 from sweeper.loadgen.workload import tokenizer_from_file
 from sweeper.loadgen.vocab import model_vocab_size
-from sweeper.levels import Level, describe_level, is_rate, level_label
+from sweeper.levels import Level, Rate, describe_level, is_rate, level_label
 from sweeper.outcomes import LevelMetrics
 from sweeper.spec.space import Workload
 from sweeper.trial.context import Failure
@@ -104,30 +104,34 @@ class _LadderStopped(Exception):
         self.verdict = verdict
 
 
-def measure_capacity(plan: LoadPlan, place: LoadPlace, trial_dir: Path, slo: CapacitySlo, ceiling: int,
-                     resolution: int, on_level: Callable[[int, dict], Failure | None],
+def measure_capacity(plan: LoadPlan, place: LoadPlace, trial_dir: Path, slo: CapacitySlo, ceiling: float,
+                     resolution: float, on_level: Callable[[Level, dict], Failure | None],
                      still_alive: Callable[[], bool], new_stall: Callable[[], str | None] = lambda: None,
                      gpus: int | None = None, power: PowerMeter | None = None, server_pgid: int | None = None,
-                     ) -> tuple[dict[int, LevelMetrics], dict | None, Failure | None]:
+                     ) -> tuple[dict[Level, LevelMetrics], dict | None, Failure | None]:
     """objective max_load_within_slo: the capacity search (loadgen/capacity.py) with each load a
     level of the trial's ladder (samples, watchdog, the study's verdict): (levels measured, the
-    search's record, the failure that ended it early or None)."""
-    levels: dict[int, LevelMetrics] = {}
+    search's record, the failure that ended it early or None). A plan with rates searches the
+    rate (an open loop, from its first rate; `resolution` relative), else the concurrency from 1."""
+    levels: dict[Level, LevelMetrics] = {}
+    by_rate = bool(plan.rates)
 
-    def measure(concurrency: float) -> LevelMetrics:
-        c = int(concurrency)
-        measured, verdict = measure_levels(replace(plan, concurrency=(c,)), place, trial_dir, on_level,
-                                           still_alive, new_stall, gpus, power, server_pgid)
+    def measure(load: float) -> LevelMetrics:
+        level: Level = Rate(load) if by_rate else int(load)
+        one = replace(plan, rates=(float(load),)) if by_rate else replace(plan, concurrency=(level,))
+        measured, verdict = measure_levels(one, place, trial_dir, on_level, still_alive, new_stall, gpus, power,
+                                           server_pgid)
         levels.update(measured)
         if verdict is not None:
             raise _LadderStopped(verdict)
-        return measured[c]
+        return measured[level]
 
     try:
-        found = find_capacity(measure, slo, start=1, ceiling=ceiling, resolution=resolution)
+        found = find_capacity(measure, slo, start=plan.rates[0] if by_rate else 1, ceiling=ceiling,
+                              resolution=resolution, relative=by_rate, integer=not by_rate)
     except _LadderStopped as stopped:
         return levels, None, stopped.verdict
-    return levels, capacity_record(found, "concurrency", slo, _validity), None
+    return levels, capacity_record(found, "rate" if by_rate else "concurrency", slo, _validity), None
 
 
 def _validity(metrics: LevelMetrics) -> dict:

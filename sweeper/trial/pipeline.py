@@ -109,11 +109,13 @@ def _check_and_measure(ctx: TrialContext, outcome: TrialOutcome, server: Launche
             gpus = config_gpus(ctx, outcome.config, server.argv)
             with power_meter(ctx, server, gpus) as power:
                 if space.finds_capacity:
-                    slo = CapacitySlo(space.slo.p99_ttft_ms, space.slo.p99_tpot_ms)
+                    slo, workload = CapacitySlo(space.slo.p99_ttft_ms, space.slo.p99_tpot_ms), space.workload
+                    ceiling, resolution = ((workload.capacity_max_rate, workload.capacity_rate_resolution)
+                                           if workload.open_loop else
+                                           (workload.capacity_max_concurrency, workload.capacity_resolution))
                     outcome.levels, outcome.capacity, outcome.failure = measure_capacity(
-                        plan, place, ctx.trial_dir, slo, space.workload.capacity_max_concurrency,
-                        space.workload.capacity_resolution, ctx.on_level, server.still_alive, stalls, gpus, power,
-                        pgid)
+                        plan, place, ctx.trial_dir, slo, ceiling, resolution, ctx.on_level, server.still_alive,
+                        stalls, gpus, power, pgid)
                     return  # an invalid level is one where the SLO does not hold: it never scores
                 outcome.levels, outcome.failure = measure_levels(plan, place, ctx.trial_dir, ctx.on_level,
                                                                  server.still_alive, stalls, gpus, power, pgid)

@@ -93,3 +93,37 @@ def test_every_config_gets_the_same_poisson_arrivals(cli):
     assert max(gaps) > 3 * min(gaps)  # Poisson: uneven gaps, not a fixed pace
     # the same seeded schedule for both configs (wall s, time scale 0.1), up to the client's jitter
     assert max(abs(a - b) for a, b in zip(*schedules)) < 0.02
+
+
+def test_max_load_within_slo_searches_the_rate_from_the_one_given(cli):
+    space = (rate_space("fixed").replace("request_rates: [2, 8]", "request_rates: [2]")
+             .replace("max_client_lag_ms: 50}", "max_client_lag_ms: 50, capacity_max_rate: 32, "
+                                                "capacity_rate_resolution: 0.25}")
+             .replace("objective: {metric: output_throughput, level: 2}",
+                      "objective: {metric: max_load_within_slo}\nslo: {p99_ttft_ms: 450}"))
+    assert "capacity_max_rate: 32" in space and "max_load_within_slo" in space
+    (cli.workdir / "ratecap.yaml").write_text(space)
+    result = cli.run("sweep", "ratecap.yaml", "--study", "ratecap", "--trials", "1", timeout=400)
+    assert result.returncode == 0, result.stderr
+    outcome = json.loads((cli.workdir / "results/ratecap/trials/0/outcome.json").read_text())
+    record = outcome["capacity"]
+    capacity, loads = record["capacity_rate"], [level["load"] for level in record["levels"]]
+    assert "capacity_concurrency" not in record and loads[0] == 2 and len(loads) == len(set(loads))
+    tried = {level["load"]: level for level in record["levels"]}
+    for load, verdict in tried.items():  # each rate tried is an open-loop level of the trial
+        label = f"r{load:g}"
+        level = outcome["levels"][label]
+        assert level["request_rate"] == load and abs(level["achieved_request_rate"] - load) < 0.1 * load
+        assert verdict["slo_holds"] == (level["p99_ttft_ms"] <= 450 and not level["failed"])
+        assert (cli.workdir / f"results/ratecap/trials/0/samples/{label}.json").is_file()
+    if record["capped"]:
+        assert capacity == 32 and tried[32]["slo_holds"]
+    elif capacity > 0:  # held at the answer, broke within a quarter of it above
+        assert tried[capacity]["slo_holds"] and not tried[record["first_failing"]]["slo_holds"]
+        assert record["first_failing"] - capacity <= 0.25 * capacity
+    assert outcome["value"] == capacity
+
+    out = cli.run("leaderboard", "ratecap", "--csv", "ratecap.csv")
+    assert out.returncode == 0, out.stderr
+    frame = pd.read_csv(cli.workdir / "ratecap.csv")
+    assert frame.loc[0, "objective"] == capacity and frame.loc[0, "rank_value"] == capacity

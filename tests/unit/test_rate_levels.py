@@ -49,7 +49,9 @@ def test_a_closed_loop_space_is_as_before():
     space = space_with("workload: {concurrency: [1, 4]}\nobjective: {level: 4}\n")
     assert space.workload.levels == [1, 4] and not space.workload.open_loop
     assert space.goals[0].name == "output_throughput@c4" and type(space.goals[0].level) is int
-    # the new keys at their defaults do not change the fingerprint of a space that does not use them
+    # the open-loop keys leave the fingerprints of older studies as they were (resume compares
+    # them): this hash is what sweeper computed for this space before the keys existed
+    assert space_fingerprint(space) == "535af62cada687da"
     explicit = space_with("workload: {concurrency: [1, 4], request_rates: null, max_concurrency: null}\n"
                           "objective: {level: 4}\n")
     assert space_fingerprint(explicit) == space_fingerprint(space)
@@ -76,7 +78,9 @@ def test_an_objective_level_must_be_one_of_the_rates():
     ("workload: {request_rates: [1], precision: 0.02}\n", "workload.precision", "drives closed-loop levels"),
     ("workload: {request_rates: [1], load: native}\n", "workload.request_rates", "load: sweeper"),
     ("workload: {request_rates: [1, 2]}\nobjective: {metric: max_load_within_slo}\nslo: {p99_ttft_ms: 100}\n",
-     "workload.request_rates", "max_load_within_slo searches concurrency"),
+     "workload.request_rates", "give request_rates: [START] (got 2 rates)"),
+    ("workload: {request_rates: [8], capacity_max_rate: 4}\nobjective: {metric: max_load_within_slo}\n"
+     "slo: {p99_ttft_ms: 100}\n", "workload.capacity_max_rate", "below the start rate 8"),
     ("workload: {request_rates: [1], arrival: bursty}\n", "workload.arrival", "poisson"),
 ])
 def test_open_loop_keys_that_do_not_go_together(body, where, expected):
