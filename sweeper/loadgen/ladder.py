@@ -216,9 +216,10 @@ def run_ladder(plan: LoadPlan, send: Send, hooks: LadderHooks = LadderHooks()
         at, concurrency = plan.at_level(level)
         # each level starts with an empty prefix cache: no level is helped by the one before it
         flushed = probe.flush() if probe is not None else None
-        # a precise run finds and drops its own warm-up (MSER-5): no warm-up run
-        warmup = [] if at.precise else build_prompts(at, at.warmup_requests(concurrency),
-                                                     at.seed + 10_000 + level_seed(level))
+        # a precise run finds and drops its own warm-up (MSER-5): no warm-up run; a rate level
+        # warms up on warmup_rounds seconds of its arrivals, whatever its cap
+        warm_at = 0 if isinstance(level, Rate) else concurrency
+        warmup = [] if at.precise else build_prompts(at, at.warmup_requests(warm_at), at.seed + 10_000 + level_seed(level))
         if warmup and (stop := hooks.warmup_done(level, send(warmup, concurrency, None,
                                                              offsets=at.arrival_offsets(len(warmup))))):
             return levels, stop.verdict
