@@ -17,11 +17,12 @@ from typing import Any, Callable
 
 from sweeper.errors import UserError
 from sweeper.loadgen.capacity import CapacitySlo, capacity_record, find_capacity
-from sweeper.loadgen.client import LevelRun, StreamOptions, get, run_closed_loop, run_measured, run_open_loop
+from sweeper.loadgen.client import LevelRun, StreamOptions, get
 from sweeper.loadgen.datasets import LengthDistribution, PromptRecord, draw_lengths, load_dataset, sample_records
 from sweeper.loadgen.endpoints import APIS, Api, Prompt
 from sweeper.loadgen.metrics import (MAX_CLIENT_LAG_P99_MS, achieved_arrival_rate, combine_repeats, spoiled_by_client,
                                      summarize_level)
+from sweeper.loadgen.onhost import controller_runner
 from sweeper.loadgen.pinning import client_apart
 from sweeper.loadgen.precision import PrecisionStop, estimate_of_run
 from sweeper.loadgen.probe import LevelProbe, cache_fields, token_count_fields
@@ -424,12 +425,10 @@ def load_records(path: str | None, fmt: str | None, tokenizer: Any | None = None
 
 def closed_or_open_loop(base_url: str, model: str, plan: LoadPlan) -> Send:
     """`sweeper load`'s sender: closed loop at C, or open loop at the plan's rate capped at C."""
+    run = controller_runner(base_url, model)  # the trial's sender from the controller, too
+
     def send(prompts, concurrency: int, until=None, offsets: list[float] | None = None) -> LevelRun:
-        if offsets is None:
-            return run_measured(run_closed_loop(base_url, model, prompts, plan.output_len, concurrency,
-                                               options=plan.options, until=until))
-        return run_measured(run_open_loop(base_url, model, prompts, plan.output_len, offsets,
-                                         max_concurrency=concurrency or None, options=plan.options))
+        return run(prompts, plan.output_len, concurrency, plan.options, until, offsets=offsets)
 
     return send
 
