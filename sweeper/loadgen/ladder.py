@@ -1,6 +1,6 @@
-"""The level loop, once: for each level (a concurrency, or an open-loop request rate) a warmup (not measured), then `repeats`
-measured runs with fresh prompts (no prefix-cache hits), the median repeat kept with the repeats'
-CV. With a `precision`, each closed-loop run has no warm-up run and no fixed size: it sends until
+"""The level loop, once: for each level (a concurrency, or an open-loop request rate) a warmup
+(not measured), then `repeats` measured runs with fresh prompts (no prefix-cache hits), the median
+repeat kept with the repeats' CV. With a `precision`, each closed-loop run has no warm-up run and no fixed size: it sends until
 its steady-state CI is narrow enough or a cap is hit (precision.py). The sweep (trial/ladder.py)
 and `sweeper load` (a server already up; launches nothing) both run it; what differs between them (sample files, the watchdog, judging a level) comes in as hooks.
 """
@@ -95,7 +95,8 @@ class LoadPlan:
         """A space's workload as a plan, sent with `options` (the dataset read here)."""
         tokenizer = probe.tokenizer if probe is not None else None
         return cls(concurrency=tuple(workload.concurrency), rates=tuple(workload.request_rates or ()),
-                   poisson=workload.arrival == "poisson", rate_cap=workload.max_concurrency or 0, input_len=workload.typical_input_len,
+                   poisson=workload.arrival == "poisson", rate_cap=workload.max_concurrency or 0,
+                   input_len=workload.typical_input_len,
                    output_len=workload.typical_output_len, requests_per_level=workload.requests_per_level,
                    min_rounds=workload.min_rounds, warmup_rounds=workload.warmup_rounds,
                    repeats=workload.repeats, seed=workload.seed, slo_ttft_ms=workload.slo_ttft_ms,
@@ -207,7 +208,7 @@ Send = Callable[..., LevelRun]
 
 
 def run_ladder(plan: LoadPlan, send: Send, hooks: LadderHooks = LadderHooks()
-               ) -> tuple[dict[int, LevelMetrics], Any | None]:
+               ) -> tuple[dict[Level, LevelMetrics], Any | None]:
     """Each level of the plan in turn (LoadPlan.levels: concurrencies, or rates): (levels
     measured, keyed by level, the verdict of the hook that stopped the ladder or None). Hooks
     are told the level."""
@@ -220,7 +221,8 @@ def run_ladder(plan: LoadPlan, send: Send, hooks: LadderHooks = LadderHooks()
         # a precise run finds and drops its own warm-up (MSER-5): no warm-up run; a rate level
         # warms up on warmup_rounds seconds of its arrivals, whatever its cap
         warm_at = 0 if isinstance(level, Rate) else concurrency
-        warmup = [] if at.precise else build_prompts(at, at.warmup_requests(warm_at), at.seed + 10_000 + level_seed(level))
+        warmup = [] if at.precise else build_prompts(at, at.warmup_requests(warm_at),
+                                                     at.seed + 10_000 + level_seed(level))
         if warmup and (stop := hooks.warmup_done(level, send(warmup, concurrency, None,
                                                              offsets=at.arrival_offsets(len(warmup))))):
             return levels, stop.verdict
