@@ -17,13 +17,17 @@ from sweeper.hosts import Host, open_host
 from sweeper.results.table import format_leaderboard_table
 from sweeper.search.study import StudyHandle, create_study, run_sweep
 from sweeper.spec.hosts import load_host
+from sweeper.levels import Level, is_rate, short_level
 from sweeper.spec.space import Space
 
 
-def format_level_line(level: int, metrics: dict) -> str:
-    """One level's result in a line: throughput, TTFT, and the verdict with its reasons."""
+def format_level_line(level: Level, metrics: dict) -> str:
+    """One level's result in a line: throughput, TTFT (an open loop: the rate it achieved), and
+    the verdict with its reasons."""
     verdict = "valid" if metrics.get("valid") else "invalid: " + "; ".join(metrics.get("invalid_reasons") or [])
-    return (f"C={level}: {metrics.get('output_throughput', float('nan')):.1f} output tok/s, "
+    achieved = metrics.get("achieved_request_rate")
+    sent = f"{achieved:.2f} req/s achieved, " if is_rate(level) and achieved is not None else ""
+    return (f"{short_level(level)}: {sent}{metrics.get('output_throughput', float('nan')):.1f} output tok/s, "
             f"TTFT p50 {metrics.get('median_ttft_ms', float('nan')):.1f} ms, {verdict}")
 
 

@@ -22,7 +22,7 @@ from sweeper.search.study import load_study
 def leaderboard(
     study: str = typer.Argument(...),
     top: Optional[int] = typer.Option(None, "--top", min=1, help="Rows shown (default 10) and, when given, rows exported."),
-    level: Optional[int] = typer.Option(None, "--level", help="Rank by the objective's metric at this concurrency level."),
+    level: Optional[str] = typer.Option(None, "--level", help="Rank by the objective's metric at this level: a concurrency, or a request rate (r2.5 or 2.5) of an open-loop study."),
     feasible_only: bool = typer.Option(False, "--feasible-only", help="Only trials that rank."),
     csv: Optional[Path] = typer.Option(None, "--csv", help="Write the rows, one per trial, to this CSV."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="... to this JSON file (a list of records)."),

@@ -27,6 +27,9 @@ def sim_best(
 
     with user_errors():
         space = load_space(space_file)
+        if space.workload.open_loop:  # the perf model answers at a concurrency, not at an arrival rate
+            raise UserError(f"{space_file}: workload.request_rates: the simulator's modelled optimum is "
+                            "closed loop; model the space with workload.concurrency levels")
         if space.is_pareto:
             _print_modelled_front(space)
             return

@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from sweeper.levels import short_level
 from sweeper.cli.common import RESULTS_OPT, STORAGE_OPT, console, user_errors
 from sweeper.cli.progress import open_new_study, with_progress
 from sweeper.errors import UserError
@@ -70,7 +71,7 @@ def ablate(
         handle.study.set_user_attr("ablation", rows)
         runs_each = f"{repeats} runs each" if repeats else f"{chosen['repeats']} runs each, baseline +{PILOT_RUNS}"
         console.print(format_ablation_table(rows, f"ablation from {baseline} ({runs_each}): "
-                                                  f"{goal.metric} at C={goal.level}"))
+                                                  f"{goal.metric} at {short_level(goal.level)}"))
         if chosen:
             console.print(chosen["note"])
         console.print(f"study [bold]{handle.name}[/] in {handle.dir}")

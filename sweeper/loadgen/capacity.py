@@ -150,3 +150,10 @@ def capacity_record(found: Capacity, axis: str, slo: CapacitySlo, level_record: 
             "slo": {"p99_ttft_ms": slo.p99_ttft_ms, "p99_tpot_ms": slo.p99_tpot_ms},
             "levels": [{"load": t.load, "slo_holds": t.holds, "slo_broken_by": t.reasons, **level_record(t.metrics)}
                        for t in found.levels]}
+
+
+def capacity_found(record: Mapping[str, Any] | None) -> float | None:
+    """A search record's answer (capacity_record): its concurrency, or its rate; None without one."""
+    if not record:
+        return None
+    return record.get("capacity_concurrency", record.get("capacity_rate"))

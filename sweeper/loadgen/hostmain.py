@@ -15,14 +15,20 @@ from dataclasses import asdict
 from typing import IO
 
 from sweeper.loadgen import client
-from sweeper.loadgen.client import StreamOptions, event_loop_name, run_closed_loop, run_measured
+from sweeper.loadgen.client import StreamOptions, event_loop_name, run_closed_loop, run_measured, run_open_loop
 
 
 def main(stdin: IO[bytes]) -> int:
     request = json.loads(stdin.read())
-    run = run_measured(run_closed_loop(
-        request["url"], request["model"], request["prompts"], request["output_len"],
-        request["concurrency"], options=StreamOptions(**request["options"])))
+    options = StreamOptions(**request["options"])
+    if request.get("offsets") is not None:  # an open loop: send times, the concurrency its cap (0: none)
+        run = run_measured(run_open_loop(
+            request["url"], request["model"], request["prompts"], request["output_len"], request["offsets"],
+            max_concurrency=request["concurrency"] or None, options=options))
+    else:
+        run = run_measured(run_closed_loop(
+            request["url"], request["model"], request["prompts"], request["output_len"],
+            request["concurrency"], options=options))
     ran = {"python": sys.executable, "version": platform.python_version(), "client": client.__file__,
            "loop": event_loop_name()}
     json.dump({"samples": [asdict(s) for s in run.samples], "start": run.start, "end": run.end,

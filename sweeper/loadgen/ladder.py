@@ -1,6 +1,6 @@
-"""The level loop, once: for each concurrency level a warmup (not measured), then `repeats`
-measured runs with fresh prompts (no prefix-cache hits), the median repeat kept with the repeats'
-CV. With a `precision`, each closed-loop run has no warm-up run and no fixed size: it sends until
+"""The level loop, once: for each level (a concurrency, or an open-loop request rate) a warmup
+(not measured), then `repeats` measured runs with fresh prompts (no prefix-cache hits), the median
+repeat kept with the repeats' CV. With a `precision`, each closed-loop run has no warm-up run and no fixed size: it sends until
 its steady-state CI is narrow enough or a cap is hit (precision.py). The sweep (trial/ladder.py)
 and `sweeper load` (a server already up; launches nothing) both run it; what differs between them (sample files, the watchdog, judging a level) comes in as hooks.
 """
@@ -17,17 +17,19 @@ from typing import Any, Callable
 
 from sweeper.errors import UserError
 from sweeper.loadgen.capacity import CapacitySlo, capacity_record, find_capacity
-from sweeper.loadgen.client import LevelRun, StreamOptions, get, run_closed_loop, run_measured, run_open_loop
+from sweeper.loadgen.client import LevelRun, StreamOptions, get
 from sweeper.loadgen.datasets import LengthDistribution, PromptRecord, draw_lengths, load_dataset, sample_records
 from sweeper.loadgen.endpoints import APIS, Api, Prompt
 from sweeper.loadgen.metrics import (MAX_CLIENT_LAG_P99_MS, achieved_arrival_rate, combine_repeats, latency_fields,
                                      spoiled_by_client, summarize_level)
+from sweeper.loadgen.onhost import controller_runner
 from sweeper.loadgen.pinning import client_apart
 from sweeper.loadgen.precision import PrecisionStop, estimate_of_run
 from sweeper.loadgen.probe import LevelProbe, cache_fields, token_count_fields
 from sweeper.loadgen.vocab import DEFAULT_VOCAB_SIZE
 from sweeper.loadgen.workload import (arrival_offsets_s, build_prompt_texts, build_prompt_token_ids,
                                       build_shared_prefixes, pick_groups)
+from sweeper.levels import Level, Rate, level_seed
 from sweeper.outcomes import LevelMetrics
 from sweeper.spec.space import DEFAULT_MAX_SECONDS, LengthSpec, Workload
 
@@ -63,6 +65,10 @@ class LoadPlan:
     seed: int = 0
     request_rate: float | None = None  # open loop at this rate; the levels are then caps
     poisson: bool = True
+    # a sweep's open-loop ladder (workload.request_rates): one level per rate, each capped at
+    # rate_cap requests in flight (0: no cap); `concurrency` is then not the ladder
+    rates: tuple[float, ...] = ()
+    rate_cap: int = 0
     rate_seconds: float = 5.0  # an open-loop level sends at least rate x this many requests
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
@@ -89,7 +95,9 @@ class LoadPlan:
                       probe: LevelProbe | None = None) -> "LoadPlan":
         """A space's workload as a plan, sent with `options` (the dataset read here)."""
         tokenizer = probe.tokenizer if probe is not None else None
-        return cls(concurrency=tuple(workload.concurrency), input_len=workload.typical_input_len,
+        return cls(concurrency=tuple(workload.concurrency), rates=tuple(workload.request_rates or ()),
+                   poisson=workload.arrival == "poisson", rate_cap=workload.max_concurrency or 0,
+                   input_len=workload.typical_input_len,
                    output_len=workload.typical_output_len, requests_per_level=workload.requests_per_level,
                    min_rounds=workload.min_rounds, warmup_rounds=workload.warmup_rounds,
                    repeats=workload.repeats, seed=workload.seed, slo_ttft_ms=workload.slo_ttft_ms,
@@ -103,6 +111,27 @@ class LoadPlan:
                    if workload.shared_prefix else None, probe=probe,
                    precision=workload.precision, max_seconds=workload.max_seconds,
                    max_requests=workload.max_requests)
+
+    @property
+    def levels(self) -> tuple[Level, ...]:
+        """The ladder: one open-loop level per rate when the plan has rates, else the concurrencies."""
+        return tuple(Rate(r) for r in self.rates) if self.rates else self.concurrency
+
+    def at_level(self, level: Level) -> tuple["LoadPlan", int]:
+        """The plan one level runs with and the concurrency it sends at: a rate level is an open
+        loop at that rate, capped at rate_cap in flight (0: none); a concurrency level is itself."""
+        if isinstance(level, Rate):
+            return replace(self, request_rate=float(level)), self.rate_cap
+        return self, level
+
+    def arrival_offsets(self, n: int) -> list[float] | None:
+        """An open loop's send times in wall seconds (the rate is per modelled second, so the
+        offsets shrink with a simulator's time scale); None for a closed loop. Seeded by the
+        workload's seed alone: every config of a study gets the same arrivals."""
+        if self.request_rate is None:
+            return None
+        offsets = arrival_offsets_s(n, self.request_rate, poisson=self.poisson, seed=self.seed)
+        return [offset * self.time_scale for offset in offsets]
 
     @property
     def custom_prompts(self) -> bool:
@@ -145,24 +174,25 @@ class Stop:
 
 
 class LadderHooks:
-    """What a caller adds to the loop; these defaults add nothing."""
+    """What a caller adds to the loop, told the level (a concurrency, or a Rate); these defaults
+    add nothing."""
 
-    def warmup_done(self, concurrency: int, run: LevelRun) -> Stop | None:
+    def warmup_done(self, level: Level, run: LevelRun) -> Stop | None:
         return None
 
-    def run_done(self, concurrency: int, repeat: int, run: LevelRun) -> Stop | None:
+    def run_done(self, level: Level, repeat: int, run: LevelRun) -> Stop | None:
         return None
 
-    def run_notes(self, concurrency: int) -> list[str]:
+    def run_notes(self, level: Level) -> list[str]:
         """Reasons the run just summarised cannot be trusted that only the caller sees (a compile
         stall in the server's log): each makes that run invalid."""
         return []
 
-    def level_fields(self, concurrency: int, metrics: LevelMetrics) -> dict[str, Any]:
+    def level_fields(self, level: Level, metrics: LevelMetrics) -> dict[str, Any]:
         """Keys added to each level's metrics (which it may read)."""
         return {}
 
-    def level_done(self, concurrency: int, metrics: LevelMetrics) -> Stop | None:
+    def level_done(self, level: Level, metrics: LevelMetrics) -> Stop | None:
         return None
 
     def server_pgid(self) -> int | None:
@@ -171,29 +201,36 @@ class LadderHooks:
         return None
 
 
-# (prompts, concurrency, until) -> the run; `until` (precision.PrecisionStop or None) ends a
-# closed loop early, and the prompts are then an iterator as long as the cap (endless without one)
-Send = Callable[[Any, int, Any], LevelRun]
+# (prompts, concurrency, until, offsets) -> the run; `until` (precision.PrecisionStop or None)
+# ends a closed loop early, and the prompts are then an iterator as long as the cap (endless
+# without one); `offsets` (wall s, LoadPlan.arrival_offsets): an open loop sending prompt i at
+# offsets[i], at most `concurrency` in flight (0: no cap); None: a closed loop at `concurrency`
+Send = Callable[..., LevelRun]
 
 
 def run_ladder(plan: LoadPlan, send: Send, hooks: LadderHooks = LadderHooks()
-               ) -> tuple[dict[int, LevelMetrics], Any | None]:
-    """Each level of the plan in turn: (levels measured, the verdict of the hook that stopped
-    the ladder or None)."""
-    levels: dict[int, LevelMetrics] = {}
+               ) -> tuple[dict[Level, LevelMetrics], Any | None]:
+    """Each level of the plan in turn (LoadPlan.levels: concurrencies, or rates): (levels
+    measured, keyed by level, the verdict of the hook that stopped the ladder or None). Hooks
+    are told the level."""
+    levels: dict[Level, LevelMetrics] = {}
     probe = plan.probe
-    for concurrency in plan.concurrency:
+    for level in plan.levels:
+        at, concurrency = plan.at_level(level)
         # each level starts with an empty prefix cache: no level is helped by the one before it
         flushed = probe.flush() if probe is not None else None
-        # a precise run finds and drops its own warm-up (MSER-5): no warm-up run
-        warmup = [] if plan.precise else build_prompts(plan, plan.warmup_requests(concurrency),
-                                                       plan.seed + 10_000 + concurrency)
-        if warmup and (stop := hooks.warmup_done(concurrency, send(warmup, concurrency, None))):
+        # a precise run finds and drops its own warm-up (MSER-5): no warm-up run; a rate level
+        # warms up on warmup_rounds seconds of its arrivals, whatever its cap
+        warm_at = 0 if isinstance(level, Rate) else concurrency
+        warmup = [] if at.precise else build_prompts(at, at.warmup_requests(warm_at),
+                                                     at.seed + 10_000 + level_seed(level))
+        if warmup and (stop := hooks.warmup_done(level, send(warmup, concurrency, None,
+                                                             offsets=at.arrival_offsets(len(warmup))))):
             return levels, stop.verdict
         summaries, stop = [], None
         counters = probe.cache_counters() if probe is not None else None
-        for repeat in range(plan.repeats):
-            summary, stop = measured_run(plan, send, hooks, concurrency, repeat)
+        for repeat in range(at.repeats):
+            summary, stop = measured_run(at, send, hooks, level, repeat, concurrency)
             if stop and not stop.keep_level:
                 return levels, stop.verdict
             summaries.append(summary)
@@ -202,35 +239,38 @@ def run_ladder(plan: LoadPlan, send: Send, hooks: LadderHooks = LadderHooks()
         metrics = combine_repeats(summaries)
         if probe is not None:
             metrics.update(cache_flushed=flushed, **cache_fields(probe.cache, counters, probe.cache_counters()))
-        metrics.update(hooks.level_fields(concurrency, metrics))
-        levels[concurrency] = metrics
-        if stop := stop or hooks.level_done(concurrency, metrics):
+        metrics.update(hooks.level_fields(level, metrics))
+        levels[level] = metrics
+        if stop := stop or hooks.level_done(level, metrics):
             return levels, stop.verdict
     return levels, None
 
 
-def measured_run(plan: LoadPlan, send: Send, hooks: LadderHooks, concurrency: int, repeat: int,
-                 ) -> tuple[LevelMetrics | None, Stop | None]:
+def measured_run(plan: LoadPlan, send: Send, hooks: LadderHooks, level: Level, repeat: int,
+                 concurrency: int | None = None) -> tuple[LevelMetrics | None, Stop | None]:
     """One measured run's metrics (and the hook's stop, if any). A run spoiled by the harness
     alone (the client's lag or turnaround, metrics.spoiled_by_client) is an infrastructure fault:
     measured again with fresh prompts and the client on a core apart from the server where the
     host allows (pinning.py), up to HARNESS_RETRIES times (`harness_retries` says how often; after
-    that it counts as measured, and the reasons stay on the level)."""
+    that it counts as measured, and the reasons stay on the level). `concurrency`: what the
+    level sends at (default the level itself; a rate level's cap)."""
+    concurrency = level if concurrency is None else concurrency
     pinned = ""
     for attempt in range(HARNESS_RETRIES + 1):
-        seed = plan.seed + concurrency + 100_000 * repeat + 1_000_000 * attempt
+        seed = plan.seed + level_seed(level) + 100_000 * repeat + 1_000_000 * attempt
         with client_apart(hooks.server_pgid()) if attempt else nullcontext("") as pinned:
             until = plan.stop_rule(concurrency) if plan.precise else None
             prompts = _run_prompts(plan, concurrency, seed)
             # a precise run's prompts are a stream made as it goes: not counted ahead
             counted = plan.probe.count_prompt_tokens(prompts) if plan.probe is not None and not plan.precise else None
-            run = send(prompts, concurrency, until)
-        stop = hooks.run_done(concurrency, repeat, run)
+            offsets = plan.arrival_offsets(len(prompts)) if plan.request_rate is not None else None
+            run = send(prompts, concurrency, until, offsets=offsets)
+        stop = hooks.run_done(level, repeat, run)
         if stop and not stop.keep_level:
             return None, stop
         summary = summarize_run(plan, concurrency, run, until)
         summary.update(token_count_fields(plan.probe, counted))
-        if notes := hooks.run_notes(concurrency):
+        if notes := hooks.run_notes(level):
             summary["invalid_reasons"], summary["valid"] = [*summary["invalid_reasons"], *notes], False
         if stop or not spoiled_by_client(summary):
             break
@@ -392,13 +432,10 @@ def load_records(path: str | None, fmt: str | None, tokenizer: Any | None = None
 
 def closed_or_open_loop(base_url: str, model: str, plan: LoadPlan) -> Send:
     """`sweeper load`'s sender: closed loop at C, or open loop at the plan's rate capped at C."""
-    def send(prompts, concurrency: int, until=None) -> LevelRun:
-        if plan.request_rate is None:
-            return run_measured(run_closed_loop(base_url, model, prompts, plan.output_len, concurrency,
-                                               options=plan.options, until=until))
-        offsets = arrival_offsets_s(len(prompts), plan.request_rate, poisson=plan.poisson, seed=plan.seed)
-        return run_measured(run_open_loop(base_url, model, prompts, plan.output_len, offsets,
-                                         max_concurrency=concurrency or None, options=plan.options))
+    run = controller_runner(base_url, model)  # the trial's sender from the controller, too
+
+    def send(prompts, concurrency: int, until=None, offsets: list[float] | None = None) -> LevelRun:
+        return run(prompts, plan.output_len, concurrency, plan.options, until, offsets=offsets)
 
     return send
 

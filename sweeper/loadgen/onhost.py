@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from sweeper.errors import InfraError, UserError
-from sweeper.loadgen.client import LevelRun, RequestSample, StreamOptions, run_level
+from sweeper.loadgen.client import LevelRun, RequestSample, StreamOptions, run_level, run_measured, run_open_loop
 from sweeper.loadgen.lag import LagStats
 
 # The modules the host needs, relative to the package root's parent: standard library only.
@@ -52,8 +52,9 @@ PROBE = "import sys; print(sys.version_info[:2] >= (3, 9))"
 NOT_FOUND = 127  # the shell's exit status for a command it cannot find
 SLACK_S = 60.0  # beyond the requests' own time limits: python start, imports, the answer's transfer
 
-# prompts, output_len, C, options, until (client.run_closed_loop's stop condition, or None)
-LevelRunner = Callable[[Any, int, int, StreamOptions, Any], LevelRun]
+# prompts, output_len, C, options, until (client.run_closed_loop's stop condition, or None), and
+# offsets: an open loop's send times (wall s), C then its cap in flight (0: none); None: closed
+LevelRunner = Callable[..., LevelRun]
 # A precise level loaded from the host: its stop rule needs scipy on the controller, so the host
 # sends a fixed list (max_requests, else this many rounds) and the CI is computed afterwards.
 HOST_PRECISE_ROUNDS = 40
@@ -84,14 +85,17 @@ def build_host_stdin(bundle: dict[str, str], request: dict) -> bytes:
 
 
 def build_request(url: str, model: str, prompts: list, output_len: int, concurrency: int,
-                  options: StreamOptions) -> dict:
+                  options: StreamOptions, offsets: list[float] | None = None) -> dict:
     return {"url": url, "model": model, "prompts": prompts, "output_len": output_len,
-            "concurrency": concurrency, "options": asdict(options)}
+            "concurrency": concurrency, "options": asdict(options), "offsets": offsets}
 
 
-def run_timeout_s(n_prompts: int, concurrency: int, options: StreamOptions) -> float:
-    """The longest a level can take: each round of requests is bounded by the request timeout."""
-    return math.ceil(n_prompts / max(concurrency, 1)) * options.timeout_s + SLACK_S
+def run_timeout_s(n_prompts: int, concurrency: int, options: StreamOptions,
+                  offsets: list[float] | None = None) -> float:
+    """The longest a level can take: each round of requests is bounded by the request timeout
+    (an open loop's rounds start after its last send time)."""
+    last_send = offsets[-1] if offsets else 0.0
+    return last_send + math.ceil(n_prompts / max(concurrency, 1)) * options.timeout_s + SLACK_S
 
 
 def parse_host_run(host: str, python: str, returncode: int, stdout: str, stderr: str) -> LevelRun:
@@ -117,19 +121,25 @@ def host_runner(host: PythonHost, port: int, model: str) -> LevelRunner:
     """Runs each level on the host against the server's own port there (never the forward)."""
     bundle = build_bundle()
 
-    def run(prompts, output_len: int, concurrency: int, options: StreamOptions, until=None) -> LevelRun:
+    def run(prompts, output_len: int, concurrency: int, options: StreamOptions, until=None,
+            offsets: list[float] | None = None) -> LevelRun:
         if until is not None:
             prompts = list(itertools.islice(prompts, until.max_requests or HOST_PRECISE_ROUNDS * concurrency))
-        request = build_request(f"http://127.0.0.1:{port}", model, prompts, output_len, concurrency, options)
+        request = build_request(f"http://127.0.0.1:{port}", model, prompts, output_len, concurrency, options,
+                                offsets)
         result = host.run_python(BOOTSTRAP, build_host_stdin(bundle, request),
-                                 run_timeout_s(len(prompts), concurrency, options))
+                                 run_timeout_s(len(prompts), concurrency, options, offsets))
         return parse_host_run(host.name, host.python(), result.returncode, result.stdout, result.stderr)
 
     return run
 
 
 def controller_runner(base_url: str, model: str) -> LevelRunner:
-    def run(prompts, output_len: int, concurrency: int, options: StreamOptions, until=None) -> LevelRun:
+    def run(prompts, output_len: int, concurrency: int, options: StreamOptions, until=None,
+            offsets: list[float] | None = None) -> LevelRun:
+        if offsets is not None:
+            return run_measured(run_open_loop(base_url, model, prompts, output_len, offsets,
+                                              max_concurrency=concurrency or None, options=options))
         return run_level(base_url, model, prompts, output_len, concurrency, options=options, until=until)
 
     return run

@@ -75,6 +75,9 @@ def profile_study_trial(study: optuna.Study, results: Path, hosts_path: Path, nu
     trial = chosen_trial(study, number, best)
     trial_dir = study_dir(results, study.study_name) / "trials" / str(trial.number)
     config = trial_config(space, trial, trial_dir)
+    if not concurrency and space.workload.open_loop:
+        raise UserError(f"study {study.study_name!r} has open-loop levels (workload.request_rates); a profile "
+                        "runs a closed loop: give --concurrency C")
     level = concurrency or space.objective_level
     if level < 1:
         raise UserError(f"--concurrency: expected a number >= 1, got {level}")

@@ -9,6 +9,7 @@ from collections import Counter
 
 import optuna
 
+from sweeper.levels import short_level
 from sweeper.results.gap import build_study_gap
 from sweeper.search.trials import is_evaluation
 
@@ -72,7 +73,7 @@ def build_campaign_summary(study: optuna.Study, validation: optuna.Study) -> dic
         "failures": failures_by_kind(study, validation),
         "server_hours": server_s / 3600, "gpus_per_launch": gpus, "gpu_hours": server_s * gpus / 3600,
         "gap": None if gap is None else {
-            "target": f"{gap.metric} = {gap.target_value:g} at C={gap.level}", "shortfall": gap.shortfall,
+            "target": f"{gap.metric} = {gap.target_value:g} at {short_level(gap.level)}", "shortfall": gap.shortfall,
             "step_ms": gap.step_ms, "needed_step_ms": gap.needed_step_ms,
             "kernels": {k.group: k.fraction for k in gap.kernels}},
         "phases": {name: {"seconds": p.get("seconds"), **({"launches": p["launches"]} if "launches" in p else {}),

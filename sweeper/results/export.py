@@ -10,6 +10,7 @@ from pathlib import Path
 import optuna
 import pandas as pd
 
+from sweeper.levels import is_level_column
 from sweeper.errors import UserError, import_optional
 from sweeper.results.provenance import PROVENANCE_COLUMNS, build_provenance
 from sweeper.results.ranking import ranked_frame
@@ -25,7 +26,7 @@ def _is_missing(value) -> bool:
 
 # Columns whose type does not depend on the data; parameters' types follow their values.
 _FIXED_DTYPES = {"rank": "Int64", "trial": "Int64", "duplicate_of": "Int64", "retry_of": "Int64",
-                 "rank_level": "Int64", "feasible": "boolean", "objective": "float64",
+                 "feasible": "boolean", "objective": "float64",
                  "rank_value": "float64", "duration_s": "float64",
                  "objective_2": "float64", "on_front": "boolean",  # these two: the Pareto mode
                  "ci_low": "float64", "ci_high": "float64", "precision_reached": "boolean",
@@ -40,9 +41,11 @@ def column_dtype(name: str, values) -> str:
         return _FIXED_DTYPES[name]
     if name in _STRING_COLUMNS:
         return "string"
-    if name.startswith("c") and name.endswith("_valid"):
+    if name == "rank_level":  # a concurrency, or a request rate (open-loop levels)
+        return "float64" if any(isinstance(v, float) for v in values) else "Int64"
+    if (name.startswith("c") or is_level_column(name)) and name.endswith("_valid"):
         return "boolean"
-    if name.startswith("c") and not name.startswith("param_"):
+    if (name.startswith("c") or is_level_column(name)) and not name.startswith("param_"):
         return "float64"
     present = [v for v in values if not _is_missing(v)]
     if present and all(isinstance(v, bool) for v in present):
@@ -68,7 +71,7 @@ def typed_frame(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(columns, index=range(len(frame)))
 
 
-def build_export_frame(study: optuna.Study, level: int | None = None, feasible_only: bool = False,
+def build_export_frame(study: optuna.Study, level: int | float | str | None = None, feasible_only: bool = False,
                        top: int | None = None) -> pd.DataFrame:
     frame = ranked_frame(study, level, feasible_only)
     if top is not None:

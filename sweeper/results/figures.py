@@ -13,6 +13,8 @@ matplotlib.use("Agg")  # no display: the report is built on servers and in CI
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from sweeper.levels import is_rate, short_level  # noqa: E402
+
 FIG_INCHES = (9.0, 4.8)
 DPI = 100
 FIG_PIXELS = (int(FIG_INCHES[0] * DPI), int(FIG_INCHES[1] * DPI))  # (width, height)
@@ -38,6 +40,12 @@ def _empty(ax, message: str) -> None:
     ax.set_yticks([])
 
 
+def load_axis_name(curves: Sequence[tuple]) -> str:
+    """The x axis of a per-level plot: concurrency, or request rate for open-loop levels."""
+    first = next((levels[0] for _, levels, _ in curves if len(levels)), None)
+    return "request rate (req/s)" if is_rate(first) else "concurrency"
+
+
 def build_throughput_figure(curves: Sequence[tuple[str, Sequence[int], Sequence[float]]]) -> Figure:
     """Output tok/s against concurrency, one line per config: (label, levels, tok/s)."""
     figure = new_figure()
@@ -50,7 +58,7 @@ def build_throughput_figure(curves: Sequence[tuple[str, Sequence[int], Sequence[
         ax.set_xscale("log", base=2)
         ax.set_xticks(sorted({c for _, levels, _ in curves for c in levels}))
         ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
-        ax.set_xlabel("concurrency")
+        ax.set_xlabel(load_axis_name(curves))
         ax.set_ylabel("output tok/s")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -77,7 +85,7 @@ def build_latency_figure(series: Sequence[tuple[str, Sequence[int], Mapping[str,
         ax.set_xscale("log", base=2)
         ax.set_xticks(sorted({c for _, levels, _ in series for c in levels}))
         ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
-        ax.set_xlabel("concurrency")
+        ax.set_xlabel(load_axis_name(series))
         ax.set_title(title + " p50 / p90 / p99")
         ax.grid(alpha=0.3)
     if series:
@@ -124,7 +132,7 @@ def build_serving_figure(points: Sequence[tuple[int, int, float, float]]) -> Fig
             rows.sort()
             ax.plot([r[1] for r in rows], [r[2] for r in rows], marker="o", alpha=0.6, linewidth=1)
         best = max(points, key=lambda p: p[3])
-        ax.annotate(f"#{best[0]} C={best[1]}", (best[2], best[3]), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        ax.annotate(f"#{best[0]} {short_level(best[1])}", (best[2], best[3]), textcoords="offset points", xytext=(4, 4), fontsize=8)
         ax.set_xlabel("output tok/s per user (1 / TPOT)")
         ax.set_ylabel("output tok/s per GPU")
         ax.grid(alpha=0.3)

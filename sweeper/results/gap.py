@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 import optuna
 
+from sweeper.levels import is_rate, level_key, short_level
 from sweeper.spec.space import Target
-from sweeper.results.leaderboard import concurrency_levels
+from sweeper.results.leaderboard import study_levels
 from sweeper.results.ranking import best_ranked_trial
 from sweeper.search.stored import kernel_groups, objective_spec, stored_space, validated_winner
 
@@ -73,7 +74,7 @@ def _finite(value) -> float | None:
 def build_level_steps(trial_levels: dict, levels: list[int]) -> tuple[LevelStep, ...]:
     rows = []
     for level in levels:
-        metrics = trial_levels.get(str(level)) or {}
+        metrics = trial_levels.get(level_key(level)) or {}
         step = _finite(metrics.get("median_itl_ms"))
         if metrics.get("valid") is True and step is not None:
             rows.append(LevelStep(level, step, _finite(metrics.get("output_throughput")) or math.nan))
@@ -91,8 +92,8 @@ def build_kernel_shares(profile: dict | None, step_ms: float | None) -> tuple[Ke
 
 def build_gap_to_target(target: Target, default_level: int, trial_number: int, trial_levels: dict,
                         levels: list[int], kernel_profile: dict | None = None) -> GapToTarget:
-    level = target.level or default_level
-    metrics = trial_levels.get(str(level)) or {}
+    level = default_level if target.level is None else type(default_level)(target.level)  # a Rate stays one
+    metrics = trial_levels.get(level_key(level)) or {}
     measured = _finite(metrics.get(target.metric)) if metrics.get("valid") is True else None
     if measured is None or measured <= 0:
         shortfall = None
@@ -104,21 +105,23 @@ def build_gap_to_target(target: Target, default_level: int, trial_number: int, t
     step = next((s.step_ms for s in steps if s.level == level), None)
     return GapToTarget(trial=trial_number, metric=target.metric, level=level, target_value=target.value,
                        measured_value=measured, shortfall=shortfall, steps=steps, step_ms=step,
-                       needed_step_ms=needed_step_ms(target.metric, target.value, level),
+                       # the decode-step bound holds C requests in flight: none for an open loop
+                       needed_step_ms=None if is_rate(level) else needed_step_ms(target.metric, target.value, level),
                        kernels=build_kernel_shares(kernel_profile, step))
 
 
 def format_gap_lines(gap: GapToTarget) -> list[str]:
     """The gap in a few plain lines (for `sweeper show` and the report)."""
     measured = "-" if gap.measured_value is None else f"{gap.measured_value:.2f}"
-    lines = [f"target: {gap.metric} = {gap.target_value:g} at C={gap.level}; best (trial {gap.trial}) "
+    lines = [f"target: {gap.metric} = {gap.target_value:g} at {short_level(gap.level)}; best (trial {gap.trial}) "
              f"measured {measured}" + (f", {gap.shortfall:.1f}x short" if gap.shortfall else "")]
     if gap.steps:
-        lines.append("decode step (median ITL): " + ", ".join(f"C={s.level} {s.step_ms:.1f} ms" for s in gap.steps))
+        lines.append("decode step (median ITL): " + ", ".join(f"{short_level(s.level)} {s.step_ms:.1f} ms"
+                                                             for s in gap.steps))
     if gap.needed_step_ms is not None:
         have = "-" if gap.step_ms is None else f"{gap.step_ms:.1f} ms"
         speedup = f": {gap.step_speedup:.1f}x faster steps missing" if gap.step_speedup else ""
-        lines.append(f"step needed at C={gap.level}: {gap.needed_step_ms:.1f} ms (have {have}){speedup}")
+        lines.append(f"step needed at {short_level(gap.level)}: {gap.needed_step_ms:.1f} ms (have {have}){speedup}")
     if gap.kernels:
         lines.append("step time by kernel group: " + ", ".join(
             f"{k.group} {100 * k.fraction:.0f}% ({k.step_ms:.0f} ms)" for k in gap.kernels))
@@ -136,5 +139,5 @@ def build_study_gap(study: optuna.Study) -> GapToTarget | None:
     if space is None or space.perf_target is None or best is None:
         return None
     return build_gap_to_target(space.perf_target, objective_spec(study).level, best.number,
-                               best.user_attrs.get("levels", {}), concurrency_levels(study),
+                               best.user_attrs.get("levels", {}), study_levels(study),
                                kernel_groups(study, best.number))

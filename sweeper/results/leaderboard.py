@@ -12,6 +12,7 @@ import pandas as pd
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
 
+from sweeper.levels import Level, is_rate, level_key, metric_column, stored_workload_levels
 from sweeper.search.stored import output_rejected, reference_text, study_space
 from sweeper.search.trials import infeasible_reason, is_pareto_study, pareto_trials
 
@@ -29,6 +30,8 @@ LEVEL_COLUMNS = (
     ("energy_j_per_tok", "energy_j_per_output_token"),
     ("valid", "valid"),
 )
+# ...and an open-loop level's (workload.request_rates): the rate it achieved
+RATE_LEVEL_COLUMNS = (("achieved_req_s", "achieved_request_rate"),)
 
 
 def parameter_names(study: optuna.Study) -> list[str]:
@@ -37,8 +40,9 @@ def parameter_names(study: optuna.Study) -> list[str]:
     return list(space.get("parameters", {})) + list(space.get("derived", {}))
 
 
-def concurrency_levels(study: optuna.Study) -> list[int]:
-    return list(study_space(study).get("workload", {}).get("concurrency", []))
+def study_levels(study: optuna.Study) -> list[Level]:
+    """The study's ladder: its concurrencies, or its request rates (open loop)."""
+    return stored_workload_levels(study_space(study).get("workload", {}))
 
 
 def format_values(study: optuna.Study, trial: FrozenTrial) -> str:
@@ -47,7 +51,7 @@ def format_values(study: optuna.Study, trial: FrozenTrial) -> str:
     return ", ".join(f"{name} = {value:.2f}" for name, value in zip(names, trial.values))
 
 
-def trial_row(trial: FrozenTrial, params: list[str], levels: list[int], reference: str | None,
+def trial_row(trial: FrozenTrial, params: list[str], levels: list[Level], reference: str | None,
               rejected: Mapping[str, str] | None = None, on_front: bool | None = None) -> dict[str, Any]:
     attrs = trial.user_attrs
     reason = infeasible_reason(trial, reference, rejected)
@@ -73,9 +77,9 @@ def trial_row(trial: FrozenTrial, params: list[str], levels: list[int], referenc
         row["on_front"] = on_front
     level_metrics = attrs.get("levels", {})
     for level in levels:
-        metrics = level_metrics.get(str(level), {})
-        for suffix, key in LEVEL_COLUMNS:
-            row[f"c{level}_{suffix}"] = metrics.get(key, math.nan if suffix != "valid" else "")
+        metrics = level_metrics.get(level_key(level), {})
+        for suffix, key in LEVEL_COLUMNS + (RATE_LEVEL_COLUMNS if is_rate(level) else ()):
+            row[metric_column(level, suffix)] = metrics.get(key, math.nan if suffix != "valid" else "")
     row["duration_s"] = (trial.datetime_complete - trial.datetime_start).total_seconds() \
         if trial.datetime_complete and trial.datetime_start else math.nan
     row["host"] = attrs.get("host", "")
@@ -89,7 +93,7 @@ def leaderboard_frame(study: optuna.Study) -> pd.DataFrame:
     Pareto mode the front comes first (by the first objective), then the dominated feasible
     trials, then the rest."""
     reference = reference_text(study)
-    params, levels = parameter_names(study), concurrency_levels(study)
+    params, levels = parameter_names(study), study_levels(study)
     pareto = is_pareto_study(study)
     front = {t.number for t in pareto_trials(study)} if pareto else set()
     rejected = output_rejected(study)

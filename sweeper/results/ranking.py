@@ -9,9 +9,11 @@ import math
 import optuna
 import pandas as pd
 
+from sweeper.loadgen.capacity import capacity_found
 from sweeper.errors import UserError
 from sweeper.outcomes import CAPACITY_METRIC
-from sweeper.results.leaderboard import concurrency_levels, leaderboard_frame
+from sweeper.levels import Level, as_level_of, format_number, level_key
+from sweeper.results.leaderboard import leaderboard_frame, study_levels
 from sweeper.search.trials import is_pareto_study
 from sweeper.search.confidence import Estimate, tie, trial_estimate
 from sweeper.search.stored import ObjectiveSpec, objective_spec
@@ -24,9 +26,9 @@ def rank_value(trial_levels: dict, feasible: bool, spec: ObjectiveSpec, capacity
     """The metric a trial ranks by at the spec's level (max_load_within_slo: the capacity its
     search found, `capacity` attr); NaN when it cannot rank there."""
     if spec.metric == CAPACITY_METRIC:
-        found = (capacity or {}).get("capacity_concurrency")
+        found = capacity_found(capacity)
         return float(found) if feasible and found is not None else math.nan
-    metrics = trial_levels.get(str(spec.level)) or {}
+    metrics = trial_levels.get(level_key(spec.level)) or {}
     value = metrics.get(spec.metric)
     if not feasible or metrics.get("valid") is not True or value is None:
         return math.nan
@@ -34,18 +36,24 @@ def rank_value(trial_levels: dict, feasible: bool, spec: ObjectiveSpec, capacity
     return value if math.isfinite(value) else math.nan
 
 
-def check_level(study: optuna.Study, level: int | None) -> None:
-    levels = concurrency_levels(study)
-    if level is not None and level not in levels:
-        raise UserError(f"--level {level}: study {study.study_name!r} measured levels "
-                        f"{', '.join(map(str, levels)) or 'none'}")
+def resolve_level(study: optuna.Study, value: int | float | str | None) -> Level | None:
+    """`--level` (a number, or a label such as r2.5) as one of the study's levels; None stays
+    None (the objective's own level)."""
+    if value is None:
+        return None
+    levels = study_levels(study)
+    level = as_level_of(levels, value)
+    if level is None:
+        raise UserError(f"--level {value}: study {study.study_name!r} measured levels "
+                        f"{', '.join(format_number(l) for l in levels) or 'none'}")
+    return level
 
 
-def ranked_frame(study: optuna.Study, level: int | None = None, feasible_only: bool = False) -> pd.DataFrame:
+def ranked_frame(study: optuna.Study, level: int | float | str | None = None, feasible_only: bool = False) -> pd.DataFrame:
     """The leaderboard with `rank` (1 = best; empty when a trial does not rank), `rank_level` and
     `rank_value`, ranked trials first, then the rest by trial number. In the Pareto mode only
     the front ranks, by its first objective (throughput)."""
-    check_level(study, level)
+    level = resolve_level(study, level)
     if is_pareto_study(study):
         return front_ranked_frame(study, level, feasible_only)
     spec = objective_spec(study, level)
@@ -100,7 +108,7 @@ def _estimates(study: optuna.Study, frame: pd.DataFrame, spec: ObjectiveSpec) ->
         elif spec.metric == CAPACITY_METRIC:  # one search per trial: no interval
             estimates.append(Estimate(value))
         else:
-            estimates.append(trial_estimate(levels[str(spec.level)], spec.metric, validated.get(number)))
+            estimates.append(trial_estimate(levels[level_key(spec.level)], spec.metric, validated.get(number)))
     return estimates
 
 

@@ -10,9 +10,10 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from sweeper.levels import Level, level_key
 from sweeper.results.gap import GapToTarget, build_study_gap
 from sweeper.results.importance import build_param_importances
-from sweeper.results.leaderboard import concurrency_levels, parameter_names
+from sweeper.results.leaderboard import parameter_names, study_levels
 from sweeper.results.provenance import build_provenance
 from sweeper.results.ranking import plain_cell, ranked_frame
 from sweeper.search.stored import ObjectiveSpec, objective_spec, objective_specs
@@ -106,9 +107,9 @@ def pareto_front(points: list[tuple[int, float, float]]) -> list[tuple[int, floa
     return front
 
 
-def _valid_levels(trial: FrozenTrial, levels: list[int]) -> dict[int, dict]:
+def _valid_levels(trial: FrozenTrial, levels: list[Level]) -> dict[Level, dict]:
     stored = trial.user_attrs.get("levels", {})
-    return {c: stored[str(c)] for c in levels if (stored.get(str(c)) or {}).get("valid") is True}
+    return {c: stored[level_key(c)] for c in levels if (stored.get(level_key(c)) or {}).get("valid") is True}
 
 
 def build_top_configs(study: optuna.Study, frame, levels: list[int], k: int) -> list[ConfigLevels]:
@@ -209,7 +210,7 @@ def build_counts(study: optuna.Study, frame) -> dict[str, int]:
 
 def build_report_data(study: optuna.Study, top: int = TOP_CONFIGS) -> ReportData:
     spec = objective_spec(study)
-    levels = concurrency_levels(study)
+    levels = study_levels(study)
     frame = ranked_frame(study)
     importances, note = build_param_importances(study)
     timeline = build_timeline(study, frame) if len(frame) else []

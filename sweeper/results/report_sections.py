@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from sweeper.levels import is_rate, short_level
 from sweeper.outcomes import CAPACITY_METRIC
 from sweeper.results.gap import GapToTarget, format_gap_lines
 from sweeper.results.report_data import PERCENTILES, ReportData
@@ -74,13 +75,14 @@ def build_summary_section(data: ReportData) -> Section:
     c, p = data.counts, data.provenance
     if data.pareto_objectives:
         throughput, latency = data.pareto_objectives
-        goal = (f"Two objectives (the Pareto mode): maximize {throughput.metric} at C={throughput.level}, "
-                f"minimize {latency.metric} at C={latency.level}; the ranked configs are the Pareto front.")
+        goal = (f"Two objectives (the Pareto mode): maximize {throughput.metric} at {short_level(throughput.level)}, "
+                f"minimize {latency.metric} at {short_level(latency.level)}; the ranked configs are the Pareto front.")
     elif data.objective.metric == CAPACITY_METRIC:
-        goal = ("Objective: max_load_within_slo, the highest concurrency within the SLO, searched per trial "
+        load = "request rate" if is_rate(data.objective.level) else "concurrency"
+        goal = (f"Objective: max_load_within_slo, the highest {load} within the SLO, searched per trial "
                 "(maximize).")
     else:
-        goal = (f"Objective: {data.objective.metric} at C={data.objective.level} "
+        goal = (f"Objective: {data.objective.metric} at {short_level(data.objective.level)} "
                 f"({'maximize' if data.objective.maximize else 'minimize'}).")
     text = (f"{c['trials']} trials, {c['evaluations']} real evaluations, {c['ranked']} ranked, "
             f"{c['failed']} failed, {c['duplicates']} duplicates. {goal} "
@@ -120,7 +122,7 @@ def build_gap_section(gap: GapToTarget | None) -> Section | None:
                   [[str(s.level), fmt(s.step_ms, 1), fmt(s.output_tok_s)] for s in gap.steps])
     tables = [steps]
     if gap.kernels:
-        tables.append(Table(["kernel group", f"share of the step at C={gap.level}", "ms"],
+        tables.append(Table(["kernel group", f"share of the step at {short_level(gap.level)}", "ms"],
                             [[k.group, f"{100 * k.fraction:.1f}%", fmt(k.step_ms, 1)] for k in gap.kernels]))
     notes = ["The decode step at each level is the median inter-token latency (in a decode-bound "
              "regime each running request gets one token per step); C requests at T tok/s in all "
@@ -134,7 +136,7 @@ def build_top_section(data: ReportData) -> Section:
              *[fmt(c.metrics[l]["output_throughput"]) if l in c.metrics else "-" for l in levels],
              format_params(c.params)] for c in data.top]
     table = Table(["rank", "trial", data.objective.name, "95% CI", "tied with #1",
-                   *[f"C={l} tok/s" for l in levels], "config"], rows)
+                   *[f"{short_level(l)} tok/s" for l in levels], "config"], rows)
     paragraphs = [tie_sentence(data)] if data.top else ["No config has ranked yet."]
     return Section("throughput", "Throughput against concurrency (top configs)", paragraphs, [table],
                    figure="throughput")

@@ -9,34 +9,37 @@ import optuna
 import pandas as pd
 from rich.table import Table
 
-from sweeper.results.leaderboard import concurrency_levels, parameter_names
+from sweeper.levels import metric_column, short_level
+from sweeper.results.leaderboard import parameter_names, study_levels
 from sweeper.search.trials import is_pareto_study
-from sweeper.results.ranking import ranked_frame
+from sweeper.results.ranking import ranked_frame, resolve_level
 from sweeper.search.stored import objective_spec, objective_specs
 
 
-def format_leaderboard_table(study: optuna.Study, top: int, level: int | None = None,
+def format_leaderboard_table(study: optuna.Study, top: int, level: int | float | str | None = None,
                              feasible_only: bool = False) -> Table:
+    level = resolve_level(study, level)
     frame = ranked_frame(study, level, feasible_only)
     if is_pareto_study(study):
         return _front_table(study, frame, top)
     spec = objective_spec(study, level)
     table = Table(title=f"{study.study_name}: top {min(top, len(frame))} of {len(frame)} trials "
                         f"(ranked by {spec.name})")
-    levels = concurrency_levels(study)
+    levels = study_levels(study)
     table.add_column("#", justify="right")
     table.add_column("rank", justify="right")
     table.add_column("result")
     table.add_column(spec.name, justify="right")
     table.add_column("95% CI", justify="right")
     for c in levels:
-        table.add_column(f"C={c}\ntok/s", justify="right")
+        table.add_column(f"{short_level(c)}\ntok/s", justify="right")
     table.add_column("config", overflow="fold", ratio=1)
     params = parameter_names(study)
     for _, row in frame.head(top).iterrows():
         config = " ".join(f"{p}={row[f'param_{p}']}" for p in params if row[f"param_{p}"] != "")
-        table.add_row(str(row["trial"]), _fmt(row["rank"]), format_result(row), _fmt(row["rank_value"]),
-                      format_ci_cell(row), *[_fmt(row[f"c{c}_output_tok_s"]) for c in levels], config)
+        table.add_row(str(row["trial"]), _fmt(row["rank"]), format_result(row, short_level(spec.level)),
+                      _fmt(row["rank_value"]),
+                      format_ci_cell(row), *[_fmt(row[metric_column(c, "output_tok_s")]) for c in levels], config)
     return table
 
 
@@ -69,13 +72,14 @@ def _front_table(study: optuna.Study, frame: pd.DataFrame, top: int) -> Table:
     return table
 
 
-def format_result(row) -> str:
+def format_result(row, level_name: str | None = None) -> str:
+    """The row's verdict; `level_name` (levels.short_level) names the level it ranks at."""
     if row["duplicate_of"] != "":
         return f"dup of {row['duplicate_of']}"
     if "on_front" in row.index and row["feasible"]:
         return "[green]front[/]" if row["on_front"] else "dominated"
     if row["feasible"] and pd.isna(row["rank"]):
-        return f"[yellow]invalid at C={row['rank_level']}[/]"
+        return f"[yellow]invalid at {level_name or 'C=' + str(row['rank_level'])}[/]"
     if row["feasible"]:
         marks = ["[green]ok[/]"]
         if _flag(row.get("tied_with_best")) is True and row["rank"] != 1:

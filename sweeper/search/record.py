@@ -7,6 +7,8 @@ import math
 from dataclasses import asdict
 from typing import Any
 
+from sweeper.loadgen.capacity import capacity_found
+from sweeper.levels import Level, describe_level, level_key
 from sweeper.spec.space import Space
 from sweeper.trial.pipeline import Failure, TrialOutcome
 from sweeper.outcomes import FailureKind, Stage
@@ -21,7 +23,7 @@ def objective_values(space: Space, outcome: TrialOutcome) -> list[float]:
     when there is none, so a failure can never win (its constraint marks it infeasible as well)."""
     values = []
     if space.finds_capacity:  # the search's answer; 0 (never a winner) without one
-        found = outcome.capacity.get("capacity_concurrency") if outcome.capacity and outcome.failure is None else None
+        found = capacity_found(outcome.capacity) if outcome.failure is None else None
         return [float(found) if found is not None else worst_value("maximize")]
     for goal in space.goals:
         metrics = outcome.levels.get(goal.level)
@@ -45,12 +47,14 @@ def constraint_values(outcome: TrialOutcome, space: Space) -> dict[str, float]:
     worst SLO was exceeded at a measured level up to the objective level."""
     fault = outcome.failure is not None and outcome.failure.kind not in (FailureKind.SLO, FailureKind.ABANDONED)
     if space.finds_capacity:  # the SLO is what the search measures against: broken only at C = 1
-        slo = slo_excess(space, {1: outcome.levels[1]}) if 1 in outcome.levels else 0.0
+        # (a rate search: at the lowest rate it tried, when even that one broke it)
+        lowest = min(outcome.levels) if space.workload.open_loop and outcome.levels else 1
+        slo = slo_excess(space, {lowest: outcome.levels[lowest]}) if lowest in outcome.levels else 0.0
         return {"config_fault": 1.0 if fault else 0.0, "slo": slo}
     return {"config_fault": 1.0 if fault else 0.0, "slo": slo_excess(space, outcome.levels)}
 
 
-def slo_excess(space: Space, levels: dict[int, dict]) -> float:
+def slo_excess(space: Space, levels: dict[Level, dict]) -> float:
     worst = 0.0
     for level, metrics in levels.items():
         if level <= space.objective_level:
@@ -65,15 +69,16 @@ def slo_excess(space: Space, levels: dict[int, dict]) -> float:
 _SLO_METRICS = {"p99_ttft_ms": "p99_ttft_ms", "p99_tpot_ms": "p99_tpot_ms"}
 
 
-def judge_level(space: Space, level: int, metrics: dict, incumbent: float | None) -> Failure | None:
-    """Stop the ladder early: an SLO already broken (latency only grows with concurrency), or a
+def judge_level(space: Space, level: Level, metrics: dict, incumbent: float | None) -> Failure | None:
+    """Stop the ladder early: an SLO already broken (latency only grows with the load), or a
     config that cannot reach `search.abandon_below` of the incumbent even if throughput grew
-    linearly with concurrency from here (an optimistic bound for a batching server). A capacity
-    search judges its own levels against the SLO."""
+    linearly with the load (concurrency, or request rate) from here (an optimistic bound for a
+    batching server; an open loop's throughput is at most its offered load). A capacity search
+    judges its own levels against the SLO."""
     if space.finds_capacity:
         return None
     if level <= space.objective_level and slo_excess(space, {level: metrics}) > 0:
-        return Failure(Stage.LOAD, FailureKind.SLO, f"SLO broken at concurrency {level}")
+        return Failure(Stage.LOAD, FailureKind.SLO, f"SLO broken at {describe_level(level)}")
     if space.is_pareto:
         return None  # no single incumbent: the Pareto mode abandons by dominance (sweeper.pareto)
     fraction = space.search.abandon_below
@@ -82,15 +87,16 @@ def judge_level(space: Space, level: int, metrics: dict, incumbent: float | None
             and metrics.get("valid")):
         optimistic = metrics.get(metric, 0.0) * space.objective_level / level
         if optimistic < fraction * incumbent:
-            return Failure(Stage.LOAD, FailureKind.ABANDONED, f"at most {optimistic:.2f} at concurrency "
-                           f"{space.objective_level} (linear bound), below {fraction:.0%} of the best {incumbent:.2f}")
+            return Failure(Stage.LOAD, FailureKind.ABANDONED, f"at most {optimistic:.2f} at "
+                           f"{describe_level(space.objective_level)} (linear bound), below {fraction:.0%} of the best "
+                           f"{incumbent:.2f}")
     return None
 
 
 def outcome_attrs(outcome: TrialOutcome) -> dict[str, Any]:
     attrs: dict[str, Any] = {
         "launched": outcome.launched,
-        "levels": {str(level): metrics for level, metrics in outcome.levels.items()},
+        "levels": {level_key(level): metrics for level, metrics in outcome.levels.items()},
         "stage_seconds": outcome.stage_seconds,
         "output_text": outcome.output_text,
         "output_samples": outcome.output_samples,

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 import optuna
 
+from sweeper.levels import Level, Rate, goal_name, is_rate, stored_workload_levels
 from sweeper.outcomes import CAPACITY_METRIC
 from sweeper.spec.space import Space, parse_space, resolve_workload_paths
 from sweeper.errors import ConfigError
@@ -51,12 +52,12 @@ def output_rejected(study: optuna.Study) -> dict[str, str] | None:
 @dataclass(frozen=True)
 class ObjectiveSpec:
     metric: str
-    level: int
+    level: Level
     maximize: bool
 
     @property
     def name(self) -> str:
-        return self.metric if self.metric == CAPACITY_METRIC else f"{self.metric}@c{self.level}"
+        return self.metric if self.metric == CAPACITY_METRIC else goal_name(self.metric, self.level)
 
 
 def objective_specs(study: optuna.Study) -> list[ObjectiveSpec]:
@@ -67,15 +68,17 @@ def objective_specs(study: optuna.Study) -> list[ObjectiveSpec]:
         return [ObjectiveSpec(g.metric, g.level, g.direction == "maximize") for g in space.goals]
     stored = study_space(study)  # a copy that no longer parses: read what we can
     objective = stored.get("objective", {})
-    levels = stored.get("workload", {}).get("concurrency") or [1]
-    return [ObjectiveSpec(objective.get("metric", "output_throughput"), int(objective.get("level") or max(levels)),
+    levels = stored_workload_levels(stored.get("workload", {})) or [1]
+    level = objective.get("level")
+    at = max(levels) if level is None else Rate(level) if is_rate(levels[0]) else int(level)
+    return [ObjectiveSpec(objective.get("metric", "output_throughput"), at,
                           study.directions[0] == optuna.study.StudyDirection.MAXIMIZE)]
 
 
-def objective_spec(study: optuna.Study, level: int | None = None) -> ObjectiveSpec:
+def objective_spec(study: optuna.Study, level: Level | None = None) -> ObjectiveSpec:
     """The study's (first) objective metric and direction, at `level` (default: its own level)."""
     first = objective_specs(study)[0]
-    return ObjectiveSpec(first.metric, int(level or first.level), first.maximize)
+    return ObjectiveSpec(first.metric, first.level if level is None else level, first.maximize)
 
 
 def validated_winner(study: optuna.Study) -> int | None:

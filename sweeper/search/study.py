@@ -16,6 +16,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 import sweeper
+from sweeper.levels import Level, is_rate
 from sweeper.spec.hosts import HostSpec, load_hosts
 from sweeper.spec.space import Space, space_fingerprint
 from sweeper.engines import get_engine
@@ -301,7 +302,7 @@ class TrialWatch:
 
     def __init__(self, handle: StudyHandle, trial: optuna.Trial, events: SweepEvents, gate: TrialGate | None):
         self.handle, self.trial, self.events, self.gate = handle, trial, events, gate
-        self.measured: dict[int, dict] = {}
+        self.measured: dict[Level, dict] = {}
 
     def on_stage(self, stage: str) -> None:
         self.trial.set_user_attr("stage", stage)
@@ -315,7 +316,7 @@ class TrialWatch:
         if self.gate is not None:
             self.gate.server_started(self.trial, proc)
 
-    def on_level(self, level: int, metrics: dict):
+    def on_level(self, level: Level, metrics: dict):
         """None to go on, or the Failure that abandons the rest of the ladder."""
         self.measured[level] = metrics
         self.events.level(self.trial.number, level, metrics)
@@ -325,7 +326,9 @@ class TrialWatch:
                                                                                  _front_points(study))
         value = metrics.get(space.objective.metric)
         if value is not None and metrics.get("valid"):
-            self.trial.report(float(value), step=level)
+            # Optuna's steps are ints: C itself, or a rate's place in the ladder (1, 2, ...)
+            step = space.workload.levels.index(level) + 1 if is_rate(level) else level
+            self.trial.report(float(value), step=step)
         return judge_level(space, level, metrics, _best_value(study))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -13,6 +14,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, field_validator, model_validator
 
 from sweeper.errors import ConfigError
+from sweeper.levels import Level, Rate, goal_name, workload_levels
 from sweeper.outcomes import CAPACITY_METRIC, FAIRNESS_METRICS, LATENCY_METRICS, THROUGHPUT_METRICS, MetricName
 from sweeper.spec.expr import MAX_PROBES, Expr, ExprError, Missing, first_type_error, parse_expr
 from sweeper.spec.loading import Strict, validate_model
@@ -177,6 +179,13 @@ class Workload(Strict):
     input_len: Annotated[int, Field(ge=1)] | LengthSpec = 128
     output_len: Annotated[int, Field(ge=2)] | LengthSpec = 32
     concurrency: list[int] = Field([1, 2, 4, 8, 16], min_length=1)
+    # open-loop levels (README "Workload keys"): set, each level is an open loop at one of these
+    # rates (requests per modelled second) and `concurrency` is not the ladder
+    request_rates: list[float] | None = Field(None, min_length=1, description=(
+        "open-loop levels: requests/s, positive and increasing"))
+    arrival: Literal["poisson", "fixed"] = Field("poisson", description="open loop: Poisson or evenly spaced")
+    max_concurrency: int | None = Field(None, ge=1, description=(
+        "open loop: at most this many requests in flight (a request due while full waits); default none"))
     requests_per_level: int = Field(0, ge=0, description="at least this many requests per level")
     min_rounds: int = Field(2, ge=1, description="and at least this many rounds of C requests")
     warmup_rounds: int = Field(1, ge=0, description="rounds of C requests sent first, not measured")
@@ -197,6 +206,10 @@ class Workload(Strict):
     # SLO capacity search (objective max_load_within_slo; README "SLO capacity")
     capacity_max_concurrency: int = Field(256, ge=1, description="the search's ceiling")
     capacity_resolution: int = Field(1, ge=1, description="stop when holding and failing C are this close")
+    # ...over the request rate, with request_rates: [start] (as `sweeper load --find-capacity --rate`)
+    capacity_max_rate: float = Field(1000.0, gt=0, description="a rate search's ceiling (req/s)")
+    capacity_rate_resolution: float = Field(0.05, gt=0, lt=1, description=(
+        "a rate search stops when failing and holding rates are within this fraction of the holding one"))
     # prompt sources (README "Prompt sources and shared prefixes"); paths relative to the space file
     dataset: str | None = Field(None, description="ShareGPT JSON or JSONL file of prompts, sent verbatim")
     dataset_format: Literal["sharegpt", "jsonl"] | None = Field(None, description="default: from the content")
@@ -217,6 +230,23 @@ class Workload(Strict):
             raise ValueError("concurrency levels must be positive, increasing and unique")
         return levels
 
+    @field_validator("request_rates")
+    @classmethod
+    def _rates(cls, rates: list[float] | None) -> list[float] | None:
+        if rates is not None and (any(not math.isfinite(r) or r <= 0 for r in rates) or rates != sorted(set(rates))):
+            raise ValueError("request rates must be positive, finite, increasing and unique (requests per second)")
+        return rates
+
+    @property
+    def open_loop(self) -> bool:
+        """Each level is an open loop at a request rate (request_rates is set)."""
+        return self.request_rates is not None
+
+    @property
+    def levels(self) -> list[Level]:
+        """The ladder: the request rates (open loop) when set, else the concurrencies."""
+        return workload_levels(self.concurrency, self.request_rates)
+
     @property
     def typical_input_len(self) -> int:
         return self.input_len if isinstance(self.input_len, int) else self.input_len.typical
@@ -235,7 +265,7 @@ class Workload(Strict):
 
 class Objective(Strict):
     metric: MetricName = "output_throughput"
-    level: int | None = Field(None, description="concurrency level; default the highest")
+    level: int | float | None = Field(None, description="concurrency level (or request rate); default the highest")
     direction: Literal["maximize", "minimize"] = "maximize"
 
 
@@ -244,8 +274,8 @@ class ObjectiveTerm(Strict):
     the metric: a throughput is maximised, a latency minimised."""
 
     metric: MetricName
-    level: int | None = Field(None, description="concurrency level; default the highest for a "
-                                                "throughput, the lowest for a latency")
+    level: int | float | None = Field(None, description="concurrency level (or request rate); default the "
+                                                        "highest for a throughput, the lowest for a latency")
 
 
 @dataclass(frozen=True)
@@ -253,12 +283,12 @@ class Goal:
     """One objective as the study optimises it: a metric read at a level, and a direction."""
 
     metric: MetricName
-    level: int
+    level: Level
     direction: Literal["maximize", "minimize"]
 
     @property
     def name(self) -> str:
-        return self.metric if self.metric == CAPACITY_METRIC else f"{self.metric}@c{self.level}"
+        return self.metric if self.metric == CAPACITY_METRIC else goal_name(self.metric, self.level)
 
 
 class Target(Strict):
@@ -266,7 +296,7 @@ class Target(Strict):
 
     metric: MetricName = "output_throughput"
     value: float = Field(gt=0)
-    level: int | None = Field(None, description="concurrency level; default the highest")
+    level: int | float | None = Field(None, description="concurrency level (or request rate); default the highest")
 
 
 class Budget(Strict):
@@ -348,12 +378,19 @@ class Space(Strict):
     @property
     def goals(self) -> list[Goal]:
         """What the study optimises, in the order of its values: one goal, or the Pareto pair."""
-        levels = self.workload.concurrency
+        levels = self.workload.levels
         if self.objectives is None:
-            return [Goal(self.objective.metric, self.objective.level or max(levels), self.objective.direction)]
+            return [Goal(self.objective.metric, self.level_of(self.objective.level, max(levels)),
+                         self.objective.direction)]
         throughput, latency = self.objectives
-        return [Goal(throughput.metric, throughput.level or max(levels), "maximize"),
-                Goal(latency.metric, latency.level or min(levels), "minimize")]
+        return [Goal(throughput.metric, self.level_of(throughput.level, max(levels)), "maximize"),
+                Goal(latency.metric, self.level_of(latency.level, min(levels)), "minimize")]
+
+    def level_of(self, value: float | None, default: Level) -> Level:
+        """An objective's `level:` as a level of this workload (a Rate with request_rates)."""
+        if value is None:
+            return default
+        return Rate(value) if self.workload.open_loop else int(value)
 
     @property
     def finds_capacity(self) -> bool:
@@ -361,7 +398,7 @@ class Space(Strict):
         return self.objectives is None and self.objective.metric == CAPACITY_METRIC
 
     @property
-    def objective_level(self) -> int:
+    def objective_level(self) -> Level:
         """The highest level an objective reads: SLOs count up to it, and it must be measured."""
         return max(goal.level for goal in self.goals)
 
@@ -434,6 +471,11 @@ def space_fingerprint(space: Space) -> str:
     data = space.model_dump(mode="json")
     if data.get("objectives") is None:  # keeps the hashes of studies made before the key existed
         data.pop("objectives", None)
+    workload = data.get("workload", {})
+    for key, default in (("request_rates", None), ("arrival", "poisson"), ("max_concurrency", None),
+                         ("capacity_max_rate", 1000.0), ("capacity_rate_resolution", 0.05)):
+        if workload.get(key) == default:  # the same for the open-loop keys
+            workload.pop(key, None)
     canonical = json.dumps(data, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
@@ -462,12 +504,42 @@ def _cross_check_space(space: Space) -> list[tuple[KeyPath, str]]:
         problems.append((("reference",), f"no seed named {space.reference!r}"))
     problems += _check_objectives(space)
     level = space.objective.level
-    if level is not None and level not in space.workload.concurrency and not space.finds_capacity:
-        problems.append((("objective", "level"), f"{level} is not one of workload.concurrency"))
+    if not space.finds_capacity and (problem := _level_problem(space.workload, level)):
+        problems.append((("objective", "level"), problem))
     problems += _check_prompt_sources(space.workload)
-    if space.perf_target and space.perf_target.level not in (None, *space.workload.concurrency):
-        problems.append((("target", "level"), f"{space.perf_target.level} is not one of workload.concurrency"))
+    problems += _check_open_loop(space.workload)
+    if space.perf_target and (problem := _level_problem(space.workload, space.perf_target.level)):
+        problems.append((("target", "level"), problem))
     return problems
+
+
+def _check_open_loop(workload: Workload) -> list[tuple[KeyPath, str]]:
+    """The open-loop keys go together, and with what an open loop can do."""
+    if not workload.open_loop:
+        given = [key for key in ("arrival", "max_concurrency") if key in workload.model_fields_set
+                 and getattr(workload, key) is not None]
+        return [(("workload", key), "shapes open-loop levels: set workload.request_rates too") for key in given]
+    problems: list[tuple[KeyPath, str]] = []
+    if workload.precision is not None:
+        problems.append((("workload", "precision"), "drives closed-loop levels; an open-loop level sends "
+                         "max(requests_per_level, 5 s of arrivals): drop precision or request_rates"))
+    if workload.load == "native":
+        problems.append((("workload", "request_rates"), "open-loop levels need sweeper's own load client "
+                         "(load: sweeper)"))
+    return problems
+
+
+def _level_problem(workload: Workload, level: float | None) -> str | None:
+    """Why an objective's `level:` is not a level of the workload's ladder (None: it is)."""
+    if level is None:
+        return None
+    if workload.open_loop:
+        if level not in workload.request_rates:
+            return f"{level:g} is not one of workload.request_rates (the ladder is open loop: levels are rates)"
+        return None
+    if isinstance(level, float) and not level.is_integer() or level not in workload.concurrency:
+        return f"{level:g} is not one of workload.concurrency"
+    return None
 
 
 def _check_prompt_sources(workload: Workload) -> list[tuple[KeyPath, str]]:
@@ -550,6 +622,13 @@ def _check_capacity(space: Space) -> list[tuple[KeyPath, str]]:
         problems.append((("objective", "level"), "max_load_within_slo searches the load: it reads no fixed level"))
     if space.workload.load != "sweeper":
         problems.append((("workload", "load"), "max_load_within_slo measures with sweeper's client (load: sweeper)"))
+    rates = space.workload.request_rates
+    if rates is not None and len(rates) != 1:
+        problems.append((("workload", "request_rates"), "max_load_within_slo over the rate searches from one start "
+                         f"rate: give request_rates: [START] (got {len(rates)} rates)"))
+    elif rates is not None and space.workload.capacity_max_rate < rates[0]:
+        problems.append((("workload", "capacity_max_rate"), f"{space.workload.capacity_max_rate:g} is below the "
+                         f"start rate {rates[0]:g} (workload.request_rates)"))
     return problems
 
 
@@ -565,8 +644,8 @@ def _check_objectives(space: Space) -> list[tuple[KeyPath, str]]:
         if term.metric not in metrics:
             problems.append((("objectives", index, "metric"), f"objective {index + 1} must be {what}: one of "
                              f"{', '.join(metrics)} (got {term.metric!r})"))
-        if term.level is not None and term.level not in space.workload.concurrency:
-            problems.append((("objectives", index, "level"), f"{term.level} is not one of workload.concurrency"))
+        if problem := _level_problem(space.workload, term.level):
+            problems.append((("objectives", index, "level"), problem))
     return problems
 
 

@@ -21,6 +21,7 @@ from sweeper.loadgen.onhost import LoadPlace
 from sweeper.loadgen.probe import LevelProbe
 from sweeper.loadgen.workload import tokenizer_from_file
 from sweeper.loadgen.vocab import model_vocab_size
+from sweeper.levels import Level, Rate, describe_level, is_rate, level_label
 from sweeper.outcomes import LevelMetrics
 from sweeper.spec.space import Workload
 from sweeper.trial.context import Failure
@@ -82,15 +83,16 @@ def stall_watch(host: Host, proc: ServerProcess, stall_lines: Sequence[str]) -> 
 
 
 def measure_levels(plan: LoadPlan, place: LoadPlace, trial_dir: Path,
-                   on_level: Callable[[int, dict], Failure | None], still_alive: Callable[[], bool],
+                   on_level: Callable[[Level, dict], Failure | None], still_alive: Callable[[], bool],
                    new_stall: Callable[[], str | None] = lambda: None, gpus: int | None = None,
                    power: PowerMeter | None = None, server_pgid: int | None = None,
-                   ) -> tuple[dict[int, LevelMetrics], Failure | None]:
-    """The trial's ladder: (levels measured, the failure that ended it early or None). `gpus`:
-    the GPUs the config runs on (per-GPU metrics); `power`: a running meter of their power;
-    server_pgid: the server's process group when it runs on this machine (pinning.py)."""
-    def send(prompts, concurrency: int, until=None) -> LevelRun:
-        return place.run(prompts, plan.output_len, concurrency, plan.options, until)
+                   ) -> tuple[dict[Level, LevelMetrics], Failure | None]:
+    """The trial's ladder: (levels measured, the failure that ended it early or None); the
+    levels are concurrencies, or rates (open loop) when the plan has rates. `gpus`: the GPUs the
+    config runs on (per-GPU metrics); `power`: a running meter of their power; server_pgid: the
+    server's process group when it runs on this machine (pinning.py)."""
+    def send(prompts, concurrency: int, until=None, offsets: list[float] | None = None) -> LevelRun:
+        return place.run(prompts, plan.output_len, concurrency, plan.options, until, offsets=offsets)
 
     hooks = TrialLadderHooks(trial_dir, place.where, on_level, still_alive, new_stall, gpus, power, plan.time_scale,
                              server_pgid)
@@ -102,30 +104,34 @@ class _LadderStopped(Exception):
         self.verdict = verdict
 
 
-def measure_capacity(plan: LoadPlan, place: LoadPlace, trial_dir: Path, slo: CapacitySlo, ceiling: int,
-                     resolution: int, on_level: Callable[[int, dict], Failure | None],
+def measure_capacity(plan: LoadPlan, place: LoadPlace, trial_dir: Path, slo: CapacitySlo, ceiling: float,
+                     resolution: float, on_level: Callable[[Level, dict], Failure | None],
                      still_alive: Callable[[], bool], new_stall: Callable[[], str | None] = lambda: None,
                      gpus: int | None = None, power: PowerMeter | None = None, server_pgid: int | None = None,
-                     ) -> tuple[dict[int, LevelMetrics], dict | None, Failure | None]:
+                     ) -> tuple[dict[Level, LevelMetrics], dict | None, Failure | None]:
     """objective max_load_within_slo: the capacity search (loadgen/capacity.py) with each load a
     level of the trial's ladder (samples, watchdog, the study's verdict): (levels measured, the
-    search's record, the failure that ended it early or None)."""
-    levels: dict[int, LevelMetrics] = {}
+    search's record, the failure that ended it early or None). A plan with rates searches the
+    rate (an open loop, from its first rate; `resolution` relative), else the concurrency from 1."""
+    levels: dict[Level, LevelMetrics] = {}
+    by_rate = bool(plan.rates)
 
-    def measure(concurrency: float) -> LevelMetrics:
-        c = int(concurrency)
-        measured, verdict = measure_levels(replace(plan, concurrency=(c,)), place, trial_dir, on_level,
-                                           still_alive, new_stall, gpus, power, server_pgid)
+    def measure(load: float) -> LevelMetrics:
+        level: Level = Rate(load) if by_rate else int(load)
+        one = replace(plan, rates=(float(load),)) if by_rate else replace(plan, concurrency=(level,))
+        measured, verdict = measure_levels(one, place, trial_dir, on_level, still_alive, new_stall, gpus, power,
+                                           server_pgid)
         levels.update(measured)
         if verdict is not None:
             raise _LadderStopped(verdict)
-        return measured[c]
+        return measured[level]
 
     try:
-        found = find_capacity(measure, slo, start=1, ceiling=ceiling, resolution=resolution)
+        found = find_capacity(measure, slo, start=plan.rates[0] if by_rate else 1, ceiling=ceiling,
+                              resolution=resolution, relative=by_rate, integer=not by_rate)
     except _LadderStopped as stopped:
         return levels, None, stopped.verdict
-    return levels, capacity_record(found, "concurrency", slo, _validity), None
+    return levels, capacity_record(found, "rate" if by_rate else "concurrency", slo, _validity), None
 
 
 def _validity(metrics: LevelMetrics) -> dict:
@@ -149,11 +155,11 @@ def measure_native_levels(concurrency: Sequence[int], native_level: Callable[[in
 
 
 class TrialLadderHooks(LadderHooks):
-    """Raw samples to samples/c<C>[.r<n>].json; the watchdog; a compile stall during a measured
+    """Raw samples to samples/c<C>[.r<n>].json (r<rate>[.r<n>].json for a rate level); the watchdog; a compile stall during a measured
     run makes it invalid (one during the warm-up is what the warm-up is for); the study's verdict
     per level."""
 
-    def __init__(self, trial_dir: Path, where: str, on_level: Callable[[int, dict], Failure | None],
+    def __init__(self, trial_dir: Path, where: str, on_level: Callable[[Level, dict], Failure | None],
                  still_alive: Callable[[], bool], new_stall: Callable[[], str | None] = lambda: None,
                  gpus: int | None = None, power: PowerMeter | None = None, time_scale: float = 1.0,
                  server_pgid: int | None = None) -> None:
@@ -161,49 +167,51 @@ class TrialLadderHooks(LadderHooks):
         self.samples_dir.mkdir(parents=True, exist_ok=True)
         self.where, self.on_level, self.still_alive, self.new_stall = where, on_level, still_alive, new_stall
         self.gpus, self.power, self.time_scale = gpus, power, time_scale
-        self.energy: dict[int, list[tuple[float, float, int]]] = {}  # level -> (J, wall s, tokens) per run
+        self.energy: dict[Level, list[tuple[float, float, int]]] = {}  # level -> (J, wall s, tokens) per run
         self._server_pgid = server_pgid
 
     def server_pgid(self) -> int | None:
         return self._server_pgid if self.where == "controller" else None
 
-    def run_notes(self, concurrency: int) -> list[str]:
+    def run_notes(self, level: Level) -> list[str]:
         stall = self.new_stall()
         return [f"the server stalled on a compile during the measured run: {stall[-200:]}"] if stall else []
 
-    def warmup_done(self, concurrency: int, run: LevelRun) -> Stop | None:
+    def warmup_done(self, level: Level, run: LevelRun) -> Stop | None:
         self.new_stall()  # a compile while warming up is allowed
-        if hang := hang_of(run.samples, concurrency, "warmup", self.still_alive):
+        if hang := hang_of(run.samples, level, "warmup", self.still_alive):
             return Stop(hang)
         # After a run with failed requests, a dead server ends the ladder at once: each further
         # run would only fail too (and, loading from the host, start a python there first).
         if _any_failed(run) and not self.still_alive():
-            return Stop(_crashed(concurrency))
+            return Stop(_crashed(level))
         return None
 
-    def run_done(self, concurrency: int, repeat: int, run: LevelRun) -> Stop | None:
+    def run_done(self, level: Level, repeat: int, run: LevelRun) -> Stop | None:
         if self.power is not None:
             end = time.monotonic()  # the run just returned: it spanned its duration up to now
             joules = self.power.energy_j(end - run.duration_s, end)
             if joules is not None:
                 tokens = sum(s.output_tokens for s in run.samples if s.ok)
-                self.energy.setdefault(concurrency, []).append((joules, run.duration_s, tokens))
+                self.energy.setdefault(level, []).append((joules, run.duration_s, tokens))
         suffix = "" if repeat == 0 else f".r{repeat + 1}"  # c<C>.json stays the first repeat
-        (self.samples_dir / f"c{concurrency}{suffix}.json").write_text(json.dumps([asdict(s) for s in run.samples]))
-        if hang := hang_of(run.samples, concurrency, "measured run", self.still_alive):
+        (self.samples_dir / f"{level_label(level)}{suffix}.json").write_text(
+            json.dumps([asdict(s) for s in run.samples]))
+        if hang := hang_of(run.samples, level, "measured run", self.still_alive):
             return Stop(hang)
         if _any_failed(run) and not self.still_alive():
-            return Stop(_crashed(concurrency), keep_level=True)
+            return Stop(_crashed(level), keep_level=True)
         return None
 
-    def level_fields(self, concurrency: int, metrics: LevelMetrics) -> dict[str, Any]:
-        return {"load_from": self.where, **per_gpu_fields(metrics, self.gpus),
-                **energy_fields(self.energy.get(concurrency, []), self.time_scale)}
+    def level_fields(self, level: Level, metrics: LevelMetrics) -> dict[str, Any]:
+        rate = {"request_rate": float(level)} if is_rate(level) else {}  # asked; achieved_request_rate beside it
+        return {"load_from": self.where, **rate, **per_gpu_fields(metrics, self.gpus),
+                **energy_fields(self.energy.get(level, []), self.time_scale)}
 
-    def level_done(self, concurrency: int, metrics: LevelMetrics) -> Stop | None:
+    def level_done(self, level: Level, metrics: LevelMetrics) -> Stop | None:
         if not self.still_alive():
-            return Stop(_crashed(concurrency))
-        verdict = self.on_level(concurrency, metrics)
+            return Stop(_crashed(level))
+        verdict = self.on_level(level, metrics)
         return Stop(verdict) if verdict else None
 
 
@@ -222,22 +230,22 @@ def energy_fields(runs: list[tuple[float, float, int]], time_scale: float = 1.0)
             "energy_j_per_output_token": joules / time_scale / tokens if tokens > 0 else None}
 
 
-def _crashed(concurrency: int) -> Failure:
-    return Failure("load", "crash_under_load", f"server died at concurrency {concurrency}")
+def _crashed(level: Level) -> Failure:
+    return Failure("load", "crash_under_load", f"server died at {describe_level(level)}")
 
 
 def _any_failed(run: LevelRun) -> bool:
     return not all(sample.ok for sample in run.samples)
 
 
-def hang_of(samples: Sequence, concurrency: int, what: str, still_alive: Callable[[], bool]) -> Failure | None:
+def hang_of(samples: Sequence, level: Level, what: str, still_alive: Callable[[], bool]) -> Failure | None:
     """The failure of a level whose requests stalled while the server stayed up, or None."""
     stalled = [s for s in samples if is_stalled(s)]
     if not stalled:
         return None
     if not still_alive():
-        return Failure("load", "crash_under_load", f"server died at concurrency {concurrency} ({what})")
+        return Failure("load", "crash_under_load", f"server died at {describe_level(level)} ({what})")
     tokens = sum(s.streamed_tokens for s in stalled)
-    return Failure("load", "hang", f"{len(stalled)} request(s) at concurrency {concurrency} ({what}) "
+    return Failure("load", "hang", f"{len(stalled)} request(s) at {describe_level(level)} ({what}) "
                    f"{stalled[0].error.removeprefix(STALLED).strip()} after {tokens} token(s) in all, "
                    "with the server still up: hung mid-load")

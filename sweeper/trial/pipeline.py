@@ -13,6 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from sweeper.levels import short_level
 from sweeper.engines.base import gpus_in_argv
 from sweeper.errors import InfraError
 from sweeper.loadgen.capacity import CapacitySlo
@@ -108,11 +109,13 @@ def _check_and_measure(ctx: TrialContext, outcome: TrialOutcome, server: Launche
             gpus = config_gpus(ctx, outcome.config, server.argv)
             with power_meter(ctx, server, gpus) as power:
                 if space.finds_capacity:
-                    slo = CapacitySlo(space.slo.p99_ttft_ms, space.slo.p99_tpot_ms)
+                    slo, workload = CapacitySlo(space.slo.p99_ttft_ms, space.slo.p99_tpot_ms), space.workload
+                    ceiling, resolution = ((workload.capacity_max_rate, workload.capacity_rate_resolution)
+                                           if workload.open_loop else
+                                           (workload.capacity_max_concurrency, workload.capacity_resolution))
                     outcome.levels, outcome.capacity, outcome.failure = measure_capacity(
-                        plan, place, ctx.trial_dir, slo, space.workload.capacity_max_concurrency,
-                        space.workload.capacity_resolution, ctx.on_level, server.still_alive, stalls, gpus, power,
-                        pgid)
+                        plan, place, ctx.trial_dir, slo, ceiling, resolution, ctx.on_level, server.still_alive,
+                        stalls, gpus, power, pgid)
                     return  # an invalid level is one where the SLO does not hold: it never scores
                 outcome.levels, outcome.failure = measure_levels(plan, place, ctx.trial_dir, ctx.on_level,
                                                                  server.still_alive, stalls, gpus, power, pgid)
@@ -123,7 +126,7 @@ def _check_and_measure(ctx: TrialContext, outcome: TrialOutcome, server: Launche
             if spoiled_by_client(measured):
                 # still the harness's own fault after its retries: an infrastructure fault (the
                 # trial is queued again), never the config's
-                raise InfraError(f"the load client spoiled C={goal_level} (after {measured.get('harness_retries')} "
+                raise InfraError(f"the load client spoiled {short_level(goal_level)} (after {measured.get('harness_retries')} "
                                  f"retries): {reasons}")
             # An invalid measurement never scores: recorded with its reasons, never ranked.
             outcome.failure = Failure("load", "invalid_measurement", reasons)

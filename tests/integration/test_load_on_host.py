@@ -95,3 +95,23 @@ def test_local_hosts_always_load_from_the_controller():
             return f"http://127.0.0.1:{port}"
 
     assert load_place(Local(), "host", "local", 1234, MODEL).where == "controller"
+
+
+def test_an_open_loop_runs_on_the_host_at_its_send_times_and_cap(serve):
+    """The host half (hostmain.py, shipped and run by a real python subprocess; a local host's
+    run_python here, so no sshd is needed) runs an open loop when given send times: each request
+    leaves at its offset, at most the cap in flight."""
+    from tests.support.hosts import local_host
+
+    server = serve(token_delay_s=0.02)
+    offsets = [0.0, 0.05, 0.1, 0.15, 0.2, 0.25]
+    run = host_runner(local_host(), server_port(server), MODEL)(build_prompt_token_ids(6, 8, seed=4), 5, 2,
+                                                                StreamOptions(), None, offsets=offsets)
+    assert Path(run.ran["client"]).parts[-4].startswith("sweeper-load-"), run.ran  # the shipped copy ran
+    assert len(run.samples) == 6 and all(s.ok for s in run.samples), [s.error for s in run.samples]
+    starts = sorted(s.start - run.start for s in run.samples)
+    assert starts[0] < 0.03 and starts[1] >= 0.045  # not all at once: at the send times (or later, when capped)
+    assert server.state.max_inflight <= 2  # the cap
+    free = host_runner(local_host(), server_port(server), MODEL)(build_prompt_token_ids(4, 8, seed=5), 5, 0,
+                                                                 StreamOptions(), None, offsets=[0.0] * 4)
+    assert all(s.ok for s in free.samples) and server.state.max_inflight >= 3  # 0: no cap, all four at once

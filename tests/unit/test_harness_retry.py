@@ -18,7 +18,7 @@ def sample(start: float, tokens: int = 8) -> RequestSample:
 def sender(lags: list[float], tokens: int = 8):
     sent = []
 
-    def send(prompts, concurrency, until=None):
+    def send(prompts, concurrency, until=None, offsets=None):
         sent.append(prompts)
         lag = lags[min(len(sent) - 1, len(lags) - 1)]
         samples = [sample(0.031 * (i // concurrency), tokens) for i in range(len(prompts))]
@@ -53,7 +53,7 @@ def turnaround_sender(gap_s: float, measured: bool = True):
     """Two workers, each waiting gap_s between a request's end and its next send."""
     sent = []
 
-    def send(prompts, concurrency, until=None):
+    def send(prompts, concurrency, until=None, offsets=None):
         sent.append(prompts)
         rounds = len(prompts) // concurrency
         samples, turnarounds = [], []

@@ -31,7 +31,7 @@ def sample(start: float) -> RequestSample:
                          usage_reported=True, requested_output_tokens=8)
 
 
-def closed_loop(prompts, output_len, concurrency, options, until=None):
+def closed_loop(prompts, output_len, concurrency, options, until=None, offsets=None):
     samples = [sample(0.03 * (i // concurrency)) for i in range(len(prompts))]
     return LevelRun(samples, 0.0, max(s.end for s in samples), LagStats(10, 0.1, 0.2, 0.3))
 
