@@ -38,12 +38,12 @@ $(DEMO_MODEL): | install
 # A real engine here: sweep llama-server on a random-weight model (README "A real engine: llama.cpp").
 demo-real: install llama-server $(DEMO_MODEL)
 	$(BIN)/sweeper sweep search_spaces/llamacpp-cpu.yaml --study $(REAL_STUDY)
+	$(BIN)/sweeper leaderboard $(REAL_STUDY) --top 10
 
 # The campaign on the real engine (bench/README.md "campaign on llama.cpp"): winner, CI, tie or not.
 bench-campaign-real: install llama-server $(DEMO_MODEL)
 	$(BIN)/sweeper campaign search_spaces/llamacpp-cpu.yaml --study campaign-$(REAL_STUDY) --seed 0
 	$(BIN)/sweeper best campaign-$(REAL_STUDY) --json
-	$(BIN)/sweeper leaderboard $(REAL_STUDY) --top 10
 
 # The SSH tests start a real OpenSSH server (tests/support/sshd.py) and the report tests open the report in
 # headless Chromium, and the many-hosts tests a private PostgreSQL cluster (tests/support/pg.py): install
