@@ -68,9 +68,25 @@ def ranked_frame(study: optuna.Study, level: int | float | str | None = None, fe
              .drop(columns="_key").reset_index(drop=True))
     ranked = frame["rank_value"].notna()
     frame["rank"] = pd.array([i + 1 if r else None for i, r in enumerate(ranked)], dtype="Int64")
-    frame = _with_confidence(frame, ties=True)
+    frame = _with_verdict_ties(_with_confidence(frame, ties=True), study, spec)
     if feasible_only:
         frame = frame[ranked].reset_index(drop=True)
+    return frame
+
+
+def _with_verdict_ties(frame: pd.DataFrame, study: optuna.Study, spec: ObjectiveSpec) -> pd.DataFrame:
+    """Where a campaign's validation declared a tie, its tie set is the top's: a finalist it could
+    not separate from the winner (one re-run, or Welch p >= 0.05 when --max-repeats ran out) is
+    tied here too, so the summary, `best --json`, the leaderboard and the report say the same."""
+    verdict = (study.user_attrs.get("validation") or {}).get("verdict") or {}
+    if not verdict.get("tied_with") or frame.empty or not validation_rows(study, spec):
+        return frame
+    if verdict.get("winner") != f"trial {frame['trial'].iloc[0]}":
+        return frame
+    tied = frame["trial"].isin({int(label.split()[-1]) for label in verdict["tied_with"]})
+    frame["tied_with_best"] = frame["tied_with_best"].astype(object)
+    frame.loc[tied, "tied_with_best"] = True
+    frame.loc[tied & (frame["tie_rule"] == ""), "tie_rule"] = "campaign"
     return frame
 
 

@@ -97,3 +97,19 @@ def test_validated_finalists_rank_by_their_reruns_mean_with_its_t_interval(study
     assert best["trial"] == 2 and best["validated"] is True and best["value"] == pytest.approx(sum(reruns["trial 2"]) / 3)
     # at another level the re-runs (of the objective's level) do not apply
     assert set(ranked_frame(study, level=1)["ci_source"]) <= {"none", ""}
+
+
+def test_a_campaigns_declared_tie_is_the_tie_set_everywhere(study):
+    """A finalist re-run once cannot be separated from the winner: the campaign's verdict says tie,
+    and the leaderboard, best --json and show say the same (not 'unknown' on one, 'tied' on another)."""
+    reruns = {"trial 2": [110.0, 111.0, 109.5], "trial 0": [100.0, 101.0, 99.0], "trial 3": [104.0]}
+    rows = summarize_finalists([Measured(label, v) for label, values in reruns.items() for v in values])
+    verdict = {"winner": "trial 2", "runner_up": "trial 3", "separated": False, "tie": True,
+               "tied_with": ["trial 3"], "reason": "6 runs each (--max-repeats) did not separate them"}
+    study.set_user_attr("validation", {"study": "v", "rows": rows})
+    assert ranked_frame(study).set_index("trial").loc[3, "tied_with_best"] is None  # no interval, no verdict
+    study.set_user_attr("validation", {"study": "v", "rows": rows, "verdict": verdict})
+    frame = ranked_frame(study).set_index("trial")
+    assert frame.loc[3, "tied_with_best"] is True and frame.loc[3, "tie_rule"] == "campaign"
+    assert build_best_record(study)["tied_with"] == [3]
+    assert frame.loc[0, "tied_with_best"] is False  # Welch separated it from the winner
