@@ -6,7 +6,9 @@ the controller's process group with SIGKILL (as a crash of the machine's control
 starts `resume` and waits for the next moment, and so on; after the last moment `resume` runs to
 its end. A moment is any object with `wait(session) -> str | None` (what the kill hit, or None when
 the command ended first), so a command with other phases plugs in its own moments: `AtLine`
-matches any progress line. `sweep_moments` builds a seeded plan over a sweep's trials.
+matches any progress line, `WhenStored` any state of a study's storage (held there under a lock).
+`sweep_moments` builds a seeded plan over a sweep's trials; a campaign's phases add their own
+moments (tests/e2e/test_sigkill_anywhere.py).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 from sweeper.hosts.agent import TOKEN_VAR
 from sweeper.hosts.procfs import environ_value, read_environ, read_stat
@@ -72,17 +74,20 @@ class Moment(Protocol):
 @dataclass(frozen=True)
 class AtLine:
     """After `after` lines matching `count` in this session, the first line matching `pattern`,
-    then `delay_s`; the end of a trial (TRIAL_DONE) stands in when the pattern does not come."""
+    then `delay_s`; the end of a trial (TRIAL_DONE) stands in when the pattern does not come
+    (unless `or_trial_end` is off: a line of a later phase is waited for through the trials)."""
 
     pattern: str
     count: str = TRIAL_DONE.pattern
     after: int = 0
     delay_s: float = 0.0
+    or_trial_end: bool = True
 
     def wait(self, session: Session) -> str | None:
         counted = 0
         while (line := session.next_line()) is not None:
-            if counted >= self.after and (re.search(self.pattern, line) or TRIAL_DONE.search(line)):
+            if counted >= self.after and (re.search(self.pattern, line)
+                                          or (self.or_trial_end and TRIAL_DONE.search(line))):
                 time.sleep(self.delay_s)
                 return f"{line.strip()} +{self.delay_s:.2f}s"
             counted += bool(re.search(self.count, line))
@@ -130,33 +135,65 @@ class BetweenSpawnAndRecord:
     it: once the study shows a trial's launch intent, its storage is locked (the controller blocks
     on its next write, the record of the process), the server carrying the intent's token is
     awaited, and the controller is killed. `after` trials are let finish first. A launch whose
-    record came before the lock is let go, and the next launch tried."""
+    record came before the lock is let go, and the next launch tried.
+
+    `db`: the study to watch (default the session's: a campaign's validation study has its own);
+    `of="profile"`: the launch of `sweeper profile` (its intent and record are study attrs)."""
 
     after: int = 0
     tries: int = 5
+    db: Path | None = None
+    of: str = "trial"
 
     def wait(self, session: Session) -> str | None:
+        path = self.db or session.study_db
+        intents, recorded = (_profile_intent, _profile_recorded) if self.of == "profile" else (_intents, _has_attr)
         for _ in range(self.tries):
-            if (found := self._next_intent(session)) is None:
+            if (found := self._next_intent(session, path, intents, recorded)) is None:
                 return None
-            number, token = found
-            with _locked(session.study_db) as db:
-                if _has_attr(db, number, "process"):
+            key, token = found
+            with _locked(path) as db:
+                if recorded(db, key):
                     continue  # recorded before we locked: too late for this launch
                 if _wait_token_process(token, session.proc):
-                    return f"trial {number}: spawned (token {token[:8]}), not recorded"
+                    return f"{self.of} {key}: spawned (token {token[:8]}), not recorded"
                 return None
         return None
 
-    def _next_intent(self, session: Session) -> tuple[int, str] | None:
+    def _next_intent(self, session: Session, path: Path, intents, recorded) -> tuple[int | str, str] | None:
         while session.trials_done() < self.after:
             if session.next_line() is None:
                 return None
-        seen = _intents(session.study_db)
+        seen = intents(path)
         while session.proc.poll() is None:
-            for number, token in _intents(session.study_db).items():
-                if number not in seen and not _process_recorded(session.study_db, number):
-                    return number, token
+            for key, token in intents(path).items():
+                if seen.get(key) != token and not _read(path, lambda db: recorded(db, key)):
+                    return key, token
+            time.sleep(0.002)
+        return None
+
+
+@dataclass(frozen=True)
+class WhenStored:
+    """The first moment this session's work brings a study's storage (`db`) into a state
+    (`state(connection)` true, having been false in this session: a state left by the last kill
+    does not count): the storage is locked, the state checked again under the lock, and the
+    controller killed before its next write. `what` names the state in the hit."""
+
+    db: Path
+    state: Callable[[sqlite3.Connection], bool]
+    what: str
+
+    def wait(self, session: Session) -> str | None:
+        was_false = False
+        while session.proc.poll() is None:
+            if _read(self.db, self.state):
+                if was_false:
+                    with _locked(self.db) as db:
+                        if self.state(db):
+                            return self.what
+            else:
+                was_false = True
             time.sleep(0.002)
         return None
 
@@ -165,6 +202,7 @@ class BetweenSpawnAndRecord:
 class Kill:
     moment: str
     hit: str
+    where: str = ""  # what `kill_and_resume`'s `where` said right after the kill (a campaign's phase)
 
 
 @dataclass
@@ -175,9 +213,11 @@ class FaultRun:
 
 
 def kill_and_resume(cli: Cli, start: Sequence[str], resume: Sequence[str], moments: Sequence[Moment],
-                    study_db: Path, final_timeout_s: float = 300) -> FaultRun:
+                    study_db: Path, final_timeout_s: float = 300,
+                    where: Callable[[], str] = lambda: "") -> FaultRun:
     """Run `start`, SIGKILL it at the first moment, run `resume` and kill it at the next, ...; then
-    `resume` to its end. Stops early (fewer kills) if a command ends before its moment."""
+    `resume` to its end. Stops early (fewer kills) if a command ends before its moment. `where()`
+    is asked after each kill what it interrupted (kept in the Kill)."""
     run = FaultRun()
     argv = start
     for moment in moments:
@@ -190,7 +230,7 @@ def kill_and_resume(cli: Cli, start: Sequence[str], resume: Sequence[str], momen
                 break
             os.killpg(session.proc.pid, signal.SIGKILL)
             session.proc.wait(30)
-            run.kills.append(Kill(type(moment).__name__, hit))
+            run.kills.append(Kill(type(moment).__name__, hit, where()))
             run.outputs.append(session.transcript())
         finally:
             if session.proc.poll() is None:
@@ -305,15 +345,26 @@ class _locked:
 
 
 def _rows(path: Path, sql: str, args: tuple = ()) -> list[tuple]:
+    return _read(path, lambda db: db.execute(sql, args).fetchall(), [])
+
+
+def _read(path: Path, query: Callable[[sqlite3.Connection], object], missing: object = False):
+    """`query` on the storage; `missing` while the file or its schema is not written yet."""
     if not path.exists():
-        return []
+        return missing
     db = sqlite3.connect(path, timeout=30)
     try:
-        return db.execute(sql, args).fetchall()
+        return query(db)
     except sqlite3.OperationalError:
-        return []  # the schema is not written yet
+        return missing  # the schema is not written yet
     finally:
         db.close()
+
+
+def study_attr(path: Path, key: str):
+    """A study user attr as stored (None when absent): read without optuna, any moment."""
+    rows = _rows(path, "SELECT value_json FROM study_user_attributes WHERE key = ?", (key,))
+    return json.loads(rows[0][0]) if rows else None
 
 
 def _intents(path: Path) -> dict[int, str]:
@@ -330,14 +381,19 @@ def evaluations(path: Path) -> int:
                            "AND d.key = 'duplicate_of')"))
 
 
-def _has_attr(db: sqlite3.Connection, number: int, key: str) -> bool:
+def _profile_intent(path: Path) -> dict[str, str]:
+    intent = study_attr(path, "profile_launch_intent")
+    return {"profile": intent["token"]} if intent else {}
+
+
+def _profile_recorded(db: sqlite3.Connection, key: str) -> bool:
+    rows = db.execute("SELECT value_json FROM study_user_attributes WHERE key = 'profile_server'").fetchall()
+    return bool(rows and json.loads(rows[0][0]))
+
+
+def _has_attr(db: sqlite3.Connection, number: int, key: str = "process") -> bool:
     return bool(db.execute("SELECT 1 FROM trials t JOIN trial_user_attributes a ON a.trial_id = t.trial_id "
                            "WHERE t.number = ? AND a.key = ?", (number, key)).fetchall())
-
-
-def _process_recorded(path: Path, number: int) -> bool:
-    return bool(_rows(path, "SELECT 1 FROM trials t JOIN trial_user_attributes a ON a.trial_id = t.trial_id "
-                            "WHERE t.number = ? AND a.key = 'process'", (number,)))
 
 
 def _wait_token_process(token: str, controller: subprocess.Popen, timeout_s: float = 30) -> bool:
