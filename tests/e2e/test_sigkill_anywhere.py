@@ -167,23 +167,24 @@ def mid_round(db) -> bool:
 
 
 def campaign_moments(rng: random.Random, validate_db) -> list:
-    """20 kills over every phase: 7 in the sweep, 7 in validation (its study half made, in the middle
+    """20 kills over every phase: 6 in the sweep, 7 in validation (its study half made, in the middle
     of queueing a round, twice, in a run's stages and between a run's spawn and its record, during
-    a resume's recovery), 3 in the profile (between its spawn and record, profiling, reading the
-    traces), 2 in the report and 1 in the script."""
+    a resume's recovery), 4 in the profile (twice at its spawn: between it and its record where
+    the poll is in time, else just after; profiling, reading the traces), 2 in the report and 1 in
+    the script (or the summary after it)."""
     def stage():
         return AtStage(rng.randint(1, 8), delay_s=rng.uniform(0.0, 0.3))
 
     def line(pattern, low, high):
         return AtLine(pattern, delay_s=rng.uniform(low, high), or_trial_end=False)
 
-    return [*sweep_moments(rng, 7, budget=6),
+    return [*sweep_moments(rng, 6, budget=6),
             WhenStored(validate_db, half_made, "validation study created, nothing queued"),
             WhenStored(validate_db, mid_round, "first round half queued"),
             stage(), BetweenSpawnAndRecord(db=validate_db),
             WhenStored(validate_db, mid_round, "a later round half queued"),
             AfterStart(rng.uniform(0.5, 2.5)), stage(),
-            BetweenSpawnAndRecord(of="profile"), line(r"profiling at C=", 0.0, 0.5),
+            *[BetweenSpawnAndRecord(of="profile", or_recorded=True)] * 2, line(r"profiling at C=", 0.0, 0.5),
             line(r"waiting for the trace files", 0.0, 0.5),
             line(r"campaign phase: report", 0.05, 0.4), line(r"campaign phase: report", 0.3, 0.8),
             line(r"campaign phase: script", 0.0, 0.05)]
@@ -221,6 +222,7 @@ def test_campaign_sigkilled_at_20_moments_in_every_phase_then_resumed_matches_an
     assert {"sweep", "validate", "profile", "report"} <= phases, phases
     hits = [kill.hit for kill in run.kills]
     assert "validation study created, nothing queued" in hits and "first round half queued" in hits
+    assert "validation: queued trial" in "\n".join(run.outputs)  # what the kill left of a planned round
     assert any(hit.startswith("profile ") and "not recorded" in hit for hit in hits)
     assert any(hit.startswith("trial ") and "not recorded" in hit and kill.where == "validate"
                for hit, kill in zip(hits, run.kills))
@@ -234,7 +236,8 @@ def test_campaign_sigkilled_at_20_moments_in_every_phase_then_resumed_matches_an
     assert not study_attr(db, "profile_server") and not study_attr(db, "profile_launch_intent")
 
     # nothing completed was measured again: the sweep's configs once each, as the calm run's; the
-    # validation's runs per label no more than the calm run's
+    # validation's runs per config no more than the calm run's, and (its rounds do not depend on
+    # the values: CAMPAIGN_ARGS) no fewer: a resume plans what the uninterrupted run planned
     calm_levels, storm_levels = measured(stored(cli, "calm")), measured(storm_trials)
     assert set(storm_levels) == set(calm_levels)
     calm_runs = completed_runs(stored(cli, "calm-validate"))
@@ -245,5 +248,8 @@ def test_campaign_sigkilled_at_20_moments_in_every_phase_then_resumed_matches_an
     calm_counts, storm_counts = by_config(calm_runs, calm_params), by_config(storm_runs, storm_params)
     assert set(storm_counts) == set(calm_counts)
     assert all(storm_counts[k] <= calm_counts[k] for k in storm_counts), (storm_counts, calm_counts)
+    assert storm_counts == calm_counts
+    validation = study_of(cli, "storm-validate").user_attrs
+    assert validation["validation_of"] == "storm" and validation.get("reference_text"), "a half-made study kept"
     assert winner_params(cli, "storm") == winner_params(cli, "calm")
     print(f"winner {winner_params(cli, 'storm')}; validation runs {storm_counts} (uninterrupted: {calm_counts})")

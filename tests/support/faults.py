@@ -45,8 +45,10 @@ class Session:
         self._queue: queue.Queue = queue.Queue()
         self.started = time.monotonic()
         self.stderr: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-        threading.Thread(target=lambda: self.stderr.extend(proc.stderr), daemon=True).start()
+        self._readers = [threading.Thread(target=self._read, daemon=True),
+                         threading.Thread(target=lambda: self.stderr.extend(proc.stderr), daemon=True)]
+        for reader in self._readers:
+            reader.start()
 
     def _read(self) -> None:
         for line in self.proc.stdout:
@@ -61,6 +63,12 @@ class Session:
         return line
 
     def transcript(self) -> str:
+        """Every line it wrote (once it ended: a moment that watched the storage read none)."""
+        if self.proc.poll() is not None:
+            for reader in self._readers:
+                reader.join(10)
+            while not self._queue.empty() and self.next_line(0) is not None:
+                pass
         return "\n".join(self.lines + self.stderr[-20:])
 
     def trials_done(self) -> int:
@@ -135,7 +143,8 @@ class BetweenSpawnAndRecord:
     it: once the study shows a trial's launch intent, its storage is locked (the controller blocks
     on its next write, the record of the process), the server carrying the intent's token is
     awaited, and the controller is killed. `after` trials are let finish first. A launch whose
-    record came before the lock is let go, and the next launch tried.
+    record came before the lock is let go, and the next launch tried (`tries` launches); with
+    `or_recorded`, it is killed there all the same (a launch with no next one: the profile's).
 
     `db`: the study to watch (default the session's: a campaign's validation study has its own);
     `of="profile"`: the launch of `sweeper profile` (its intent and record are study attrs)."""
@@ -144,6 +153,7 @@ class BetweenSpawnAndRecord:
     tries: int = 5
     db: Path | None = None
     of: str = "trial"
+    or_recorded: bool = False
 
     def wait(self, session: Session) -> str | None:
         path = self.db or session.study_db
@@ -154,6 +164,8 @@ class BetweenSpawnAndRecord:
             key, token = found
             with _locked(path) as db:
                 if recorded(db, key):
+                    if self.or_recorded:
+                        return f"{self.of} {key}: spawned (token {token[:8]}), recorded before the lock"
                     continue  # recorded before we locked: too late for this launch
                 if _wait_token_process(token, session.proc):
                     return f"{self.of} {key}: spawned (token {token[:8]}), not recorded"
@@ -164,13 +176,23 @@ class BetweenSpawnAndRecord:
         while session.trials_done() < self.after:
             if session.next_line() is None:
                 return None
-        seen = intents(path)
-        while session.proc.poll() is None:
-            for key, token in intents(path).items():
-                if seen.get(key) != token and not _read(path, lambda db: recorded(db, key)):
-                    return key, token
-            time.sleep(0.002)
-        return None
+        seen = _read(path, intents, {})
+        db = None  # one connection for the polls (opening one per poll loses a fast launch's window)
+        try:
+            while session.proc.poll() is None:
+                if db is None and path.exists():
+                    db = sqlite3.connect(path, timeout=30, isolation_level=None)
+                try:
+                    for key, token in (intents(db) if db else {}).items():
+                        if seen.get(key) != token and not recorded(db, key):
+                            return key, token
+                except sqlite3.OperationalError:
+                    pass  # the schema is not written yet
+                time.sleep(0.002)
+            return None
+        finally:
+            if db is not None:
+                db.close()
 
 
 @dataclass(frozen=True)
@@ -367,9 +389,9 @@ def study_attr(path: Path, key: str):
     return json.loads(rows[0][0]) if rows else None
 
 
-def _intents(path: Path) -> dict[int, str]:
-    rows = _rows(path, "SELECT t.number, a.value_json FROM trials t JOIN trial_user_attributes a "
-                       "ON a.trial_id = t.trial_id WHERE a.key = 'launch_intent'")
+def _intents(db: sqlite3.Connection) -> dict[int, str]:
+    rows = db.execute("SELECT t.number, a.value_json FROM trials t JOIN trial_user_attributes a "
+                       "ON a.trial_id = t.trial_id WHERE a.key = 'launch_intent'").fetchall()
     return {number: json.loads(value)["token"] for number, value in rows}
 
 
@@ -381,8 +403,9 @@ def evaluations(path: Path) -> int:
                            "AND d.key = 'duplicate_of')"))
 
 
-def _profile_intent(path: Path) -> dict[str, str]:
-    intent = study_attr(path, "profile_launch_intent")
+def _profile_intent(db: sqlite3.Connection) -> dict[str, str]:
+    rows = db.execute("SELECT value_json FROM study_user_attributes WHERE key = 'profile_launch_intent'").fetchall()
+    intent = json.loads(rows[0][0]) if rows else None
     return {"profile": intent["token"]} if intent else {}
 
 
