@@ -159,7 +159,7 @@ class BetweenSpawnAndRecord:
         path = self.db or session.study_db
         intents, recorded = (_profile_intent, _profile_recorded) if self.of == "profile" else (_intents, _has_attr)
         for _ in range(self.tries):
-            if (found := self._next_intent(session, path, intents, recorded)) is None:
+            if (found := self._next_intent(session, path, intents, recorded, self.or_recorded)) is None:
                 return None
             key, token = found
             with _locked(path) as db:
@@ -172,7 +172,8 @@ class BetweenSpawnAndRecord:
                 return None
         return None
 
-    def _next_intent(self, session: Session, path: Path, intents, recorded) -> tuple[int | str, str] | None:
+    def _next_intent(self, session: Session, path: Path, intents, recorded,
+                     or_recorded: bool) -> tuple[int | str, str] | None:
         while session.trials_done() < self.after:
             if session.next_line() is None:
                 return None
@@ -184,7 +185,7 @@ class BetweenSpawnAndRecord:
                     db = sqlite3.connect(path, timeout=30, isolation_level=None)
                 try:
                     for key, token in (intents(db) if db else {}).items():
-                        if seen.get(key) != token and not recorded(db, key):
+                        if seen.get(key) != token and (or_recorded or not recorded(db, key)):
                             return key, token
                 except sqlite3.OperationalError:
                     pass  # the schema is not written yet
@@ -200,24 +201,44 @@ class WhenStored:
     """The first moment this session's work brings a study's storage (`db`) into a state
     (`state(connection)` true, having been false in this session: a state left by the last kill
     does not count): the storage is locked, the state checked again under the lock, and the
-    controller killed before its next write. `what` names the state in the hit."""
+    controller killed before its next write. `what` names the state in the hit. A state that
+    lasts a few milliseconds can pass between two polls: where `moved(connection)` (a value the
+    state's passing changes) changed meanwhile, the kill comes just after, and the hit says so."""
 
     db: Path
     state: Callable[[sqlite3.Connection], bool]
     what: str
+    moved: Callable[[sqlite3.Connection], object] | None = None
 
     def wait(self, session: Session) -> str | None:
-        was_false = False
-        while session.proc.poll() is None:
-            if _read(self.db, self.state):
-                if was_false:
-                    with _locked(self.db) as db:
-                        if self.state(db):
-                            return self.what
-            else:
-                was_false = True
-            time.sleep(0.002)
-        return None
+        was_false, db, start = False, None, None
+        try:
+            while session.proc.poll() is None:
+                if db is None and self.db.exists():  # one connection for the polls: they must be quick
+                    db = sqlite3.connect(self.db, timeout=30, isolation_level=None)
+                try:
+                    now = self.state(db) if db else False
+                    if now and was_false:
+                        db.execute("BEGIN EXCLUSIVE")  # the controller's next write waits
+                        try:
+                            if self.state(db):
+                                return self.what
+                        finally:
+                            db.execute("ROLLBACK")
+                    was_false = was_false or not now
+                    if self.moved and db:
+                        value = self.moved(db)
+                        if start is None:
+                            start = (value,)
+                        elif value != start[0] and was_false:
+                            return f"{self.what}: just after (between two polls)"
+                except sqlite3.OperationalError:
+                    pass  # the schema is not written yet
+                time.sleep(0.002)
+            return None
+        finally:
+            if db is not None:
+                db.close()
 
 
 @dataclass
