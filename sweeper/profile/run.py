@@ -11,13 +11,13 @@ import os
 import posixpath
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from sweeper.engines.base import Engine
-from sweeper.errors import UserError
+from sweeper.errors import PortClash, UserError
 from sweeper.hosts.base import Host, LaunchIntent, ServerProcess, StopReport
 from sweeper.loadgen.client import run_level
 from sweeper.loadgen.ladder import LoadPlan, build_prompts
@@ -30,6 +30,7 @@ from sweeper.profile.trace import (
 )
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import Space
+from sweeper.outcomes import FailureKind
 from sweeper.trial.context import Failure, TrialContext, TrialOutcome
 from sweeper.trial.gate import OutputSample
 from sweeper.trial.ladder import build_level_plan, hang_of, served_vocab_size
@@ -113,18 +114,34 @@ def _run_closed(server: LaunchedServer, plan: LoadPlan, prompts: list, concurren
     return run
 
 
+PORT_TRIES = 3  # launches of a profile whose port another process took (as a trial's retries)
+
+
 def profile_config(ctx: ProfileContext, config: Mapping[str, Any], request: ProfileRequest) -> ProfileRun:
     control = profiler_for(ctx.space.engine, ctx.engine_version)
-    if ctx.profile_dir.exists():
-        shutil.rmtree(ctx.profile_dir)  # a previous profile of this trial: ours to replace
-    outcome, trial_ctx = TrialOutcome(config=dict(config)), _trial_context(ctx)
-    stop_warnings: list[str] = []
-    with launched_server(trial_ctx, config, outcome, extra_env=build_profiler_env(control),
-                         extra_argv=build_profiler_argv(control),
-                         on_stopped=partial(_stopped, ctx, stop_warnings)) as server:
-        if server is None:
-            raise _not_profiled(ctx, outcome.failure)  # after the stop, as the block ends
-        files, load, warnings = _profile_under_load(ctx, trial_ctx, server, request, control)
+    avoid: frozenset[int] = frozenset()
+    for attempt in range(1, PORT_TRIES + 1):
+        if ctx.profile_dir.exists():
+            shutil.rmtree(ctx.profile_dir)  # a previous profile of this trial: ours to replace
+        outcome, trial_ctx = TrialOutcome(config=dict(config)), replace(_trial_context(ctx), avoid_ports=avoid)
+        stop_warnings: list[str] = []
+        try:
+            with launched_server(trial_ctx, config, outcome, extra_env=build_profiler_env(control),
+                                 extra_argv=build_profiler_argv(control),
+                                 on_stopped=partial(_stopped, ctx, stop_warnings)) as server:
+                if server is None and outcome.failure.kind != FailureKind.PORT_BUSY:
+                    raise _not_profiled(ctx, outcome.failure)  # after the stop, as the block ends
+                if server is not None:
+                    files, load, warnings = _profile_under_load(ctx, trial_ctx, server, request, control)
+            if server is None:  # a port found taken before the launch: no clash to retry
+                raise _not_profiled(ctx, outcome.failure)
+        except PortClash as exc:  # raised after the stop: another process took a port meanwhile
+            if attempt == PORT_TRIES:
+                raise UserError(f"the profile's server found its port taken {PORT_TRIES} times: {exc}") from None
+            ctx.on_step(str(exc))
+            avoid |= {exc.port}
+            continue
+        break
     warnings += stop_warnings
     ctx.on_step("parsing")  # after the stop: a big trace takes a while, and the GPUs are free meanwhile
     try:

@@ -20,11 +20,12 @@ from optuna.trial import TrialState
 from sweeper.errors import UserError
 from sweeper.hosts import Host, open_host
 from sweeper.search.ablation import Measured, finalist_runs
-from sweeper.search.study import (StudyHandle, SweepEvents, enqueue_runs, evaluations, load_study,
+from sweeper.search.study import (StudyHandle, SweepEvents, evaluations, load_study,
                                   measured_runs, recover_interrupted, run_queue, run_sweep, study_exists,
                                   open_storage, storage_url)
 from sweeper.search.trials import is_pareto_study, ranked_trials
-from sweeper.search.validation import create_validation_study, plan_validation, record_validation
+from sweeper.search.validation import (PLANNED_ATTR, create_validation_study, enqueue_planned, is_half_made,
+                                       plan_runs, plan_validation, record_validation)
 
 PHASES = ("sweep", "validate", "profile", "report", "script", "done")
 PHASE_ATTR = "campaign_phase"
@@ -131,24 +132,38 @@ class Campaign:
                 "best_value": ranked[0].values[0]}
 
     def validation_study(self) -> StudyHandle:
-        """The campaign's validation study: created once, loaded again on resume."""
+        """The campaign's validation study: created once (its first round planned, then queued),
+        loaded again on resume, where what a kill left unqueued of a planned round is queued."""
         name = f"{self.study.study_name}-validate"
         results = self.handle.results_dir
         url = storage_url(results, name, self.storage)
         (results / name).mkdir(parents=True, exist_ok=True)
+        _, first_round = finalist_runs(self.study, self.settings.finalists, self.settings.repeats)
+        study = None
         if study_exists(open_storage(url), name):
-            return StudyHandle(load_study(name, results, self.storage), self.handle.space, self.handle.host_name,
-                               self.handle.host_spec, results)
-        labels, runs = finalist_runs(self.study, self.settings.finalists, self.settings.repeats)
-        handle = create_validation_study(self.study, name, results, self.storage, self.handle.host_name,
-                                         self.handle.host_spec, len(runs))
-        enqueue_runs(handle.study, runs)
-        return handle
+            study = load_study(name, results, self.storage)
+            if is_half_made(study):  # killed inside its set-up: reference and source may be missing
+                self.io.say(f"validation: the set-up of {name!r} was cut short; made again")
+                optuna.delete_study(study_name=name, storage=url)
+                study = None
+        if study is None:
+            study = create_validation_study(self.study, name, results, self.storage, self.handle.host_name,
+                                            self.handle.host_spec, len(first_round)).study
+        if PLANNED_ATTR not in study.user_attrs and not study.get_trials(deepcopy=False):
+            plan_runs(study, [label for label, _ in first_round])  # the first round, before any is queued
+        if missing := enqueue_planned(study, self.finalist_params()):
+            self.io.say(f"validation: queued {', '.join(missing)}")
+        return StudyHandle(study, self.handle.space, self.handle.host_name, self.handle.host_spec, results)
+
+    def finalist_params(self) -> dict[str, dict]:
+        """label ("trial N") -> config of every sweep trial."""
+        return {f"trial {t.number}": dict(t.params) for t in self.study.get_trials(deepcopy=False)}
 
     def validate(self) -> dict:
         settings, maximize = self.settings, self.handle.space.objective.direction == "maximize"
         validation = self.validation_study()
         candidates = [(f"trial {t.number}", t.values[0]) for t in ranked_trials(self.study)]
+        self._recover_validation(validation)  # a run a kill left interrupted is queued again before planning
         while True:
             waiting = validation.study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))
             if waiting:
@@ -163,9 +178,9 @@ class Campaign:
             plan = plan_validation(runs, candidates, maximize, settings.max_repeats, launches_left, time_left)
             if not plan.runs:
                 break
-            params = {f"trial {t.number}": dict(t.params) for t in self.study.get_trials(deepcopy=False)}
             self.io.say(f"validation: another round of {', '.join(plan.runs)}")
-            enqueue_runs(validation.study, [(label, params[label]) for label in plan.runs])
+            plan_runs(validation.study, plan.runs)
+            enqueue_planned(validation.study, self.finalist_params())
         verdict = plan.verdict
         rows = record_validation(self.study, validation.study, maximize, verdict)
         if verdict["winner"] is None:
@@ -174,11 +189,19 @@ class Campaign:
         return {"study": validation.name, "launches": evaluations(validation.study), "verdict": verdict,
                 "rows": rows}
 
-    def _run_validation_queue(self, validation: StudyHandle) -> None:
+    def _recover_validation(self, validation: StudyHandle) -> None:
+        """Servers a dead controller left (found by their run tokens), its runs marked failed and
+        queued again: also where nothing is left waiting (a kill inside an earlier recovery)."""
         host = open_host(validation.host_name, validation.host_spec)
         try:
             for note in recover_interrupted(validation.study, host, self.handle.space.launch.stop_grace_s):
                 self.io.say(f"recovery: {note}")
+        finally:
+            host.close()
+
+    def _run_validation_queue(self, validation: StudyHandle) -> None:
+        host = open_host(validation.host_name, validation.host_spec)
+        try:
             queued = len(validation.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
             validation.study.set_user_attr("budget", evaluations(validation.study) + queued)
         except BaseException:

@@ -14,9 +14,11 @@ import optuna
 from sweeper.spec.hosts import HostSpec
 from sweeper.search.ablation import ALPHA, Measured, mean_ci, summarize_finalists, welch_p
 from sweeper.search.stored import parse_stored_space
-from sweeper.search.study import StudyHandle, create_study, measured_runs
+from sweeper.search.study import StudyHandle, create_study, enqueue_runs, measured_runs
 
 REFERENCE_ATTRS = ("reference_text", "reference_samples", "reference_source")
+SOURCE_ATTR = "validation_of"  # the last write of a validation study's set-up: without it, the set-up was cut short
+PLANNED_ATTR = "planned_runs"  # labels of every run planned, in order, written before they are queued
 
 
 def create_validation_study(source: optuna.Study, name: str, results: Path, storage: str | None,
@@ -28,8 +30,37 @@ def create_validation_study(source: optuna.Study, name: str, results: Path, stor
                           results, storage, budget, "random", enqueue_seeds=False, space_text=attrs["space_text"])
     for key in REFERENCE_ATTRS:
         handle.study.set_user_attr(key, attrs.get(key))
-    handle.study.set_user_attr("validation_of", source.study_name)
+    handle.study.set_user_attr(SOURCE_ATTR, source.study_name)
     return handle
+
+
+def is_half_made(study: optuna.Study) -> bool:
+    """A validation study whose creation was killed before its set-up ended (nothing is queued
+    before then, so nothing measured is lost by making it again)."""
+    return SOURCE_ATTR not in study.user_attrs and not study.get_trials(deepcopy=False)
+
+
+def plan_runs(study: optuna.Study, labels: list[str]) -> None:
+    """Intent before action: a round's runs are written into the study before any is queued, so
+    a resume queues what was planned (not what it would plan from a round half queued)."""
+    study.set_user_attr(PLANNED_ATTR, [*study.user_attrs.get(PLANNED_ATTR, []), *labels])
+
+
+def enqueue_planned(study: optuna.Study, params: dict[str, dict]) -> list[str]:
+    """Queue the planned runs not queued yet (all, or those a kill in the middle of queueing left
+    out); `params`: label -> config. Returns the labels queued. The queued runs (retries aside)
+    are a prefix of the plan: they are queued in its order."""
+    if PLANNED_ATTR not in study.user_attrs:
+        return []  # a study made before plans were written: its runs were queued at once
+    planned = study.user_attrs[PLANNED_ATTR]
+    queued = [t.user_attrs["label"] for t in study.get_trials(deepcopy=False)
+              if "label" in t.user_attrs and "retry_of" not in t.user_attrs]
+    if queued != planned[:len(queued)]:
+        raise RuntimeError(f"validation study {study.study_name!r}: queued runs {queued} are not the "
+                           f"start of the planned {planned}")
+    missing = planned[len(queued):]
+    enqueue_runs(study, [(label, params[label]) for label in missing])
+    return missing
 
 
 def record_validation(source: optuna.Study, validation: optuna.Study, maximize: bool,

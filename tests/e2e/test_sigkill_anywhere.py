@@ -16,7 +16,8 @@ import pytest
 from optuna.trial import TrialState
 
 from sweeper.search.trials import best_trial
-from tests.support.faults import BetweenSpawnAndRecord, AtLine, kill_and_resume, servers_left, sweep_moments, token_processes
+from tests.support.faults import (AfterStart, AtLine, AtStage, BetweenSpawnAndRecord, WhenStored, kill_and_resume,
+                                  servers_left, study_attr, sweep_moments, token_processes)
 
 pytestmark = pytest.mark.slow
 
@@ -134,3 +135,132 @@ def test_sigkill_between_spawn_and_record_over_ssh_then_resume_stops_the_server(
     intent = first.user_attrs["launch_intent"]
     assert intent["host"] == "box" and intent["run_dir"].startswith(str(cli.remote_work))
     assert json.loads((cli.workdir / "results" / "s1" / "trials" / str(first.number) / "config.json").read_text())
+
+
+# ---------------------------------------------------------------- the campaign
+
+# One finalist, 2 runs, at most 4: the rounds are the same in every run whatever the machine's
+# jitter: [winner x2], [winner, runner-up] (it joins: one config alone is never a verdict), then
+# [winner, runner-up] again, and the 4th run of the winner ends it (separated or a tie); the third
+# config (22% below) never joins. Every round queues 2 runs (what `mid_round` relies on).
+CAMPAIGN_ARGS = ("--seed", SEED, "--finalists", "1", "--repeats", "2", "--max-repeats", "4", "--profile-seconds", "1")
+
+
+def _originals_and_states(db) -> tuple[list[tuple[int, str]], list[str]]:
+    originals = db.execute(
+        "SELECT t.number, t.state FROM trials t WHERE EXISTS (SELECT 1 FROM trial_user_attributes a "
+        "WHERE a.trial_id = t.trial_id AND a.key = 'label') AND NOT EXISTS (SELECT 1 FROM trial_user_attributes a "
+        "WHERE a.trial_id = t.trial_id AND a.key = 'retry_of') ORDER BY t.number").fetchall()
+    return originals, [state for (state,) in db.execute("SELECT state FROM trials")]
+
+
+def half_made(db) -> bool:
+    """The validation study is created (its set-up maybe cut short) and has no run queued yet."""
+    return bool(db.execute("SELECT 1 FROM studies").fetchall()) and not db.execute("SELECT 1 FROM trials").fetchall()
+
+
+def mid_round(db) -> bool:
+    """The first of a round's 2 runs is queued, the second not yet (nothing else waits or runs)."""
+    originals, states = _originals_and_states(db)
+    return (len(originals) % 2 == 1 and originals[-1][1] == "WAITING" and states.count("WAITING") == 1
+            and "RUNNING" not in states)
+
+
+def originals(db) -> int:
+    return len(_originals_and_states(db)[0])
+
+
+def queued(db) -> int:
+    return len(db.execute("SELECT 1 FROM trials").fetchall())
+
+
+def campaign_moments(rng: random.Random, validate_db) -> list:
+    """20 kills over every phase: 6 in the sweep, 7 in validation (its study half made, in the middle
+    of queueing a round, twice, in a run's stages and between a run's spawn and its record, during
+    a resume's recovery), 4 in the profile (twice at its spawn: between it and its record where
+    the poll is in time, else just after; profiling, reading the traces), 2 in the report and 1 in
+    the script (or the summary after it)."""
+    def stage():
+        return AtStage(rng.randint(1, 8), delay_s=rng.uniform(0.0, 0.3))
+
+    def line(pattern, low, high):
+        return AtLine(pattern, delay_s=rng.uniform(low, high), or_trial_end=False)
+
+    return [*sweep_moments(rng, 6, budget=6),
+            WhenStored(validate_db, half_made, "validation study created, nothing queued", queued),
+            WhenStored(validate_db, mid_round, "first round half queued", originals),
+            stage(), BetweenSpawnAndRecord(db=validate_db),
+            WhenStored(validate_db, mid_round, "a later round half queued", originals),
+            AfterStart(rng.uniform(0.5, 2.5)), stage(),
+            *[BetweenSpawnAndRecord(of="profile", or_recorded=True)] * 2, line(r"profiling at C=", 0.0, 0.5),
+            line(r"waiting for the trace files", 0.0, 0.5),
+            line(r"campaign phase: report", 0.05, 0.4), line(r"campaign phase: report", 0.3, 0.8),
+            line(r"campaign phase: script", 0.0, 0.05)]
+
+
+def completed_runs(trials) -> dict[str, int]:
+    """label -> completed runs of a validation study."""
+    counts: dict[str, int] = {}
+    for t in trials:
+        if t.state == TrialState.COMPLETE:
+            counts[t.user_attrs["label"]] = counts.get(t.user_attrs["label"], 0) + 1
+    return counts
+
+
+def winner_params(cli, name: str) -> dict:
+    study = study_of(cli, name)
+    verdict = study.user_attrs["campaign"]["phases"]["validate"]["verdict"]
+    number = int(verdict["winner"].split()[-1])
+    return next(t.params for t in study.get_trials(deepcopy=False) if t.number == number)
+
+
+@pytest.mark.timeout(1200)  # about 100 s here (the uninterrupted run 45 s), at load 4-5 on the 2 cores
+def test_campaign_sigkilled_at_20_moments_in_every_phase_then_resumed_matches_an_uninterrupted_run(cli):
+    (cli.workdir / "faults.yaml").write_text(FAULT_SPACE)
+    calm = cli.run("campaign", "faults.yaml", "--study", "calm", *CAMPAIGN_ARGS, timeout=400)
+    assert calm.returncode == 0, calm.stdout[-3000:] + calm.stderr[-3000:]
+
+    db, validate_db = (cli.workdir / "results" / name / "study.db" for name in ("storm", "storm-validate"))
+    run = kill_and_resume(cli, ["campaign", "faults.yaml", "--study", "storm", *CAMPAIGN_ARGS], ["resume", "storm"],
+                          campaign_moments(random.Random(16), validate_db), db, final_timeout_s=400,
+                          where=lambda: str(study_attr(db, "campaign_phase")))
+    print("\n".join(f"kill {n} ({kill.where}): {kill.moment}: {kill.hit}" for n, kill in enumerate(run.kills, 1)))
+    assert len(run.kills) == KILLS, "the campaign ended before its last kill:\n" + run.outputs[-1]
+    phases = {kill.where for kill in run.kills}
+    assert {"sweep", "validate", "profile", "report"} <= phases, phases
+    hits = [kill.hit for kill in run.kills]
+    # each of these states lasts some milliseconds: on a loaded machine a poll can miss one (the
+    # kill then comes just after it), rarely all three
+    caught = {"validation study created, nothing queued", "first round half queued", "a later round half queued"}
+    assert caught & set(hits), "no validation set-up or round caught half done"
+    assert "validation: queued trial" in "\n".join(run.outputs)  # what the kill left of a planned round
+    assert any(hit.startswith("profile ") for hit in hits)  # between its spawn and record, or just after
+    assert any(hit.startswith("trial ") and "not recorded" in hit and kill.where == "validate"
+               for hit, kill in zip(hits, run.kills))
+
+    storm_trials = check_after_resume(cli, "storm", run)
+    validation_trials = check_after_resume(cli, "storm-validate", run)
+    profile_tokens = {hit.split("token ")[1][:8] for hit in hits if hit.startswith("profile ")}
+    assert not [pid for pid, token in servers_left(cli.workdir) if token[:8] in profile_tokens]
+    assert token_processes(intent_tokens(storm_trials) | intent_tokens(validation_trials)) == []
+    assert study_attr(db, "campaign_phase") == "done" and (cli.workdir / "results/storm/serve-winner.sh").is_file()
+    assert not study_attr(db, "profile_server") and not study_attr(db, "profile_launch_intent")
+
+    # nothing completed was measured again: the sweep's configs once each, as the calm run's; the
+    # validation's runs per config no more than the calm run's, and (its rounds do not depend on
+    # the values: CAMPAIGN_ARGS) no fewer: a resume plans what the uninterrupted run planned
+    calm_levels, storm_levels = measured(stored(cli, "calm")), measured(storm_trials)
+    assert set(storm_levels) == set(calm_levels)
+    calm_runs = completed_runs(stored(cli, "calm-validate"))
+    storm_runs = completed_runs(validation_trials)
+    calm_params = {f"trial {t.number}": t.params for t in stored(cli, "calm")}
+    storm_params = {f"trial {t.number}": t.params for t in storm_trials}
+    by_config = lambda runs, params: {json.dumps(params[label], sort_keys=True): n for label, n in runs.items()}
+    calm_counts, storm_counts = by_config(calm_runs, calm_params), by_config(storm_runs, storm_params)
+    assert set(storm_counts) == set(calm_counts)
+    assert all(storm_counts[k] <= calm_counts[k] for k in storm_counts), (storm_counts, calm_counts)
+    assert storm_counts == calm_counts
+    validation = study_of(cli, "storm-validate").user_attrs
+    assert validation["validation_of"] == "storm" and validation.get("reference_text"), "a half-made study kept"
+    assert winner_params(cli, "storm") == winner_params(cli, "calm")
+    print(f"winner {winner_params(cli, 'storm')}; validation runs {storm_counts} (uninterrupted: {calm_counts})")

@@ -6,7 +6,9 @@ the controller's process group with SIGKILL (as a crash of the machine's control
 starts `resume` and waits for the next moment, and so on; after the last moment `resume` runs to
 its end. A moment is any object with `wait(session) -> str | None` (what the kill hit, or None when
 the command ended first), so a command with other phases plugs in its own moments: `AtLine`
-matches any progress line. `sweep_moments` builds a seeded plan over a sweep's trials.
+matches any progress line, `WhenStored` any state of a study's storage (held there under a lock).
+`sweep_moments` builds a seeded plan over a sweep's trials; a campaign's phases add their own
+moments (tests/e2e/test_sigkill_anywhere.py).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 from sweeper.hosts.agent import TOKEN_VAR
 from sweeper.hosts.procfs import environ_value, read_environ, read_stat
@@ -43,8 +45,10 @@ class Session:
         self._queue: queue.Queue = queue.Queue()
         self.started = time.monotonic()
         self.stderr: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-        threading.Thread(target=lambda: self.stderr.extend(proc.stderr), daemon=True).start()
+        self._readers = [threading.Thread(target=self._read, daemon=True),
+                         threading.Thread(target=lambda: self.stderr.extend(proc.stderr), daemon=True)]
+        for reader in self._readers:
+            reader.start()
 
     def _read(self) -> None:
         for line in self.proc.stdout:
@@ -59,6 +63,12 @@ class Session:
         return line
 
     def transcript(self) -> str:
+        """Every line it wrote (once it ended: a moment that watched the storage read none)."""
+        if self.proc.poll() is not None:
+            for reader in self._readers:
+                reader.join(10)
+            while not self._queue.empty() and self.next_line(0) is not None:
+                pass
         return "\n".join(self.lines + self.stderr[-20:])
 
     def trials_done(self) -> int:
@@ -72,17 +82,20 @@ class Moment(Protocol):
 @dataclass(frozen=True)
 class AtLine:
     """After `after` lines matching `count` in this session, the first line matching `pattern`,
-    then `delay_s`; the end of a trial (TRIAL_DONE) stands in when the pattern does not come."""
+    then `delay_s`; the end of a trial (TRIAL_DONE) stands in when the pattern does not come
+    (unless `or_trial_end` is off: a line of a later phase is waited for through the trials)."""
 
     pattern: str
     count: str = TRIAL_DONE.pattern
     after: int = 0
     delay_s: float = 0.0
+    or_trial_end: bool = True
 
     def wait(self, session: Session) -> str | None:
         counted = 0
         while (line := session.next_line()) is not None:
-            if counted >= self.after and (re.search(self.pattern, line) or TRIAL_DONE.search(line)):
+            if counted >= self.after and (re.search(self.pattern, line)
+                                          or (self.or_trial_end and TRIAL_DONE.search(line))):
                 time.sleep(self.delay_s)
                 return f"{line.strip()} +{self.delay_s:.2f}s"
             counted += bool(re.search(self.count, line))
@@ -130,41 +143,109 @@ class BetweenSpawnAndRecord:
     it: once the study shows a trial's launch intent, its storage is locked (the controller blocks
     on its next write, the record of the process), the server carrying the intent's token is
     awaited, and the controller is killed. `after` trials are let finish first. A launch whose
-    record came before the lock is let go, and the next launch tried."""
+    record came before the lock is let go, and the next launch tried (`tries` launches); with
+    `or_recorded`, it is killed there all the same (a launch with no next one: the profile's).
+
+    `db`: the study to watch (default the session's: a campaign's validation study has its own);
+    `of="profile"`: the launch of `sweeper profile` (its intent and record are study attrs)."""
 
     after: int = 0
     tries: int = 5
+    db: Path | None = None
+    of: str = "trial"
+    or_recorded: bool = False
 
     def wait(self, session: Session) -> str | None:
+        path = self.db or session.study_db
+        intents, recorded = (_profile_intent, _profile_recorded) if self.of == "profile" else (_intents, _has_attr)
         for _ in range(self.tries):
-            if (found := self._next_intent(session)) is None:
+            if (found := self._next_intent(session, path, intents, recorded, self.or_recorded)) is None:
                 return None
-            number, token = found
-            with _locked(session.study_db) as db:
-                if _has_attr(db, number, "process"):
+            key, token = found
+            with _locked(path) as db:
+                if recorded(db, key):
+                    if self.or_recorded:
+                        return f"{self.of} {key}: spawned (token {token[:8]}), recorded before the lock"
                     continue  # recorded before we locked: too late for this launch
                 if _wait_token_process(token, session.proc):
-                    return f"trial {number}: spawned (token {token[:8]}), not recorded"
+                    return f"{self.of} {key}: spawned (token {token[:8]}), not recorded"
                 return None
         return None
 
-    def _next_intent(self, session: Session) -> tuple[int, str] | None:
+    def _next_intent(self, session: Session, path: Path, intents, recorded,
+                     or_recorded: bool) -> tuple[int | str, str] | None:
         while session.trials_done() < self.after:
             if session.next_line() is None:
                 return None
-        seen = _intents(session.study_db)
-        while session.proc.poll() is None:
-            for number, token in _intents(session.study_db).items():
-                if number not in seen and not _process_recorded(session.study_db, number):
-                    return number, token
-            time.sleep(0.002)
-        return None
+        seen = _read(path, intents, {})
+        db = None  # one connection for the polls (opening one per poll loses a fast launch's window)
+        try:
+            while session.proc.poll() is None:
+                if db is None and path.exists():
+                    db = sqlite3.connect(path, timeout=30, isolation_level=None)
+                try:
+                    for key, token in (intents(db) if db else {}).items():
+                        if seen.get(key) != token and (or_recorded or not recorded(db, key)):
+                            return key, token
+                except sqlite3.OperationalError:
+                    pass  # the schema is not written yet
+                time.sleep(0.002)
+            return None
+        finally:
+            if db is not None:
+                db.close()
+
+
+@dataclass(frozen=True)
+class WhenStored:
+    """The first moment this session's work brings a study's storage (`db`) into a state
+    (`state(connection)` true, having been false in this session: a state left by the last kill
+    does not count): the storage is locked, the state checked again under the lock, and the
+    controller killed before its next write. `what` names the state in the hit. A state that
+    lasts a few milliseconds can pass between two polls: where `moved(connection)` (a value the
+    state's passing changes) changed meanwhile, the kill comes just after, and the hit says so."""
+
+    db: Path
+    state: Callable[[sqlite3.Connection], bool]
+    what: str
+    moved: Callable[[sqlite3.Connection], object] | None = None
+
+    def wait(self, session: Session) -> str | None:
+        was_false, db, start = False, None, None
+        try:
+            while session.proc.poll() is None:
+                if db is None and self.db.exists():  # one connection for the polls: they must be quick
+                    db = sqlite3.connect(self.db, timeout=30, isolation_level=None)
+                try:
+                    now = self.state(db) if db else False
+                    if now and was_false:
+                        db.execute("BEGIN EXCLUSIVE")  # the controller's next write waits
+                        try:
+                            if self.state(db):
+                                return self.what
+                        finally:
+                            db.execute("ROLLBACK")
+                    was_false = was_false or not now
+                    if self.moved and db:
+                        value = self.moved(db)
+                        if start is None:
+                            start = (value,)
+                        elif value != start[0] and was_false:
+                            return f"{self.what}: just after (between two polls)"
+                except sqlite3.OperationalError:
+                    pass  # the schema is not written yet
+                time.sleep(0.002)
+            return None
+        finally:
+            if db is not None:
+                db.close()
 
 
 @dataclass
 class Kill:
     moment: str
     hit: str
+    where: str = ""  # what `kill_and_resume`'s `where` said right after the kill (a campaign's phase)
 
 
 @dataclass
@@ -175,9 +256,11 @@ class FaultRun:
 
 
 def kill_and_resume(cli: Cli, start: Sequence[str], resume: Sequence[str], moments: Sequence[Moment],
-                    study_db: Path, final_timeout_s: float = 300) -> FaultRun:
+                    study_db: Path, final_timeout_s: float = 300,
+                    where: Callable[[], str] = lambda: "") -> FaultRun:
     """Run `start`, SIGKILL it at the first moment, run `resume` and kill it at the next, ...; then
-    `resume` to its end. Stops early (fewer kills) if a command ends before its moment."""
+    `resume` to its end. Stops early (fewer kills) if a command ends before its moment. `where()`
+    is asked after each kill what it interrupted (kept in the Kill)."""
     run = FaultRun()
     argv = start
     for moment in moments:
@@ -190,7 +273,7 @@ def kill_and_resume(cli: Cli, start: Sequence[str], resume: Sequence[str], momen
                 break
             os.killpg(session.proc.pid, signal.SIGKILL)
             session.proc.wait(30)
-            run.kills.append(Kill(type(moment).__name__, hit))
+            run.kills.append(Kill(type(moment).__name__, hit, where()))
             run.outputs.append(session.transcript())
         finally:
             if session.proc.poll() is None:
@@ -305,20 +388,31 @@ class _locked:
 
 
 def _rows(path: Path, sql: str, args: tuple = ()) -> list[tuple]:
+    return _read(path, lambda db: db.execute(sql, args).fetchall(), [])
+
+
+def _read(path: Path, query: Callable[[sqlite3.Connection], object], missing: object = False):
+    """`query` on the storage; `missing` while the file or its schema is not written yet."""
     if not path.exists():
-        return []
+        return missing
     db = sqlite3.connect(path, timeout=30)
     try:
-        return db.execute(sql, args).fetchall()
+        return query(db)
     except sqlite3.OperationalError:
-        return []  # the schema is not written yet
+        return missing  # the schema is not written yet
     finally:
         db.close()
 
 
-def _intents(path: Path) -> dict[int, str]:
-    rows = _rows(path, "SELECT t.number, a.value_json FROM trials t JOIN trial_user_attributes a "
-                       "ON a.trial_id = t.trial_id WHERE a.key = 'launch_intent'")
+def study_attr(path: Path, key: str):
+    """A study user attr as stored (None when absent): read without optuna, any moment."""
+    rows = _rows(path, "SELECT value_json FROM study_user_attributes WHERE key = ?", (key,))
+    return json.loads(rows[0][0]) if rows else None
+
+
+def _intents(db: sqlite3.Connection) -> dict[int, str]:
+    rows = db.execute("SELECT t.number, a.value_json FROM trials t JOIN trial_user_attributes a "
+                       "ON a.trial_id = t.trial_id WHERE a.key = 'launch_intent'").fetchall()
     return {number: json.loads(value)["token"] for number, value in rows}
 
 
@@ -330,14 +424,20 @@ def evaluations(path: Path) -> int:
                            "AND d.key = 'duplicate_of')"))
 
 
-def _has_attr(db: sqlite3.Connection, number: int, key: str) -> bool:
+def _profile_intent(db: sqlite3.Connection) -> dict[str, str]:
+    rows = db.execute("SELECT value_json FROM study_user_attributes WHERE key = 'profile_launch_intent'").fetchall()
+    intent = json.loads(rows[0][0]) if rows else None
+    return {"profile": intent["token"]} if intent else {}
+
+
+def _profile_recorded(db: sqlite3.Connection, key: str) -> bool:
+    rows = db.execute("SELECT value_json FROM study_user_attributes WHERE key = 'profile_server'").fetchall()
+    return bool(rows and json.loads(rows[0][0]))
+
+
+def _has_attr(db: sqlite3.Connection, number: int, key: str = "process") -> bool:
     return bool(db.execute("SELECT 1 FROM trials t JOIN trial_user_attributes a ON a.trial_id = t.trial_id "
                            "WHERE t.number = ? AND a.key = ?", (number, key)).fetchall())
-
-
-def _process_recorded(path: Path, number: int) -> bool:
-    return bool(_rows(path, "SELECT 1 FROM trials t JOIN trial_user_attributes a ON a.trial_id = t.trial_id "
-                            "WHERE t.number = ? AND a.key = 'process'", (number,)))
 
 
 def _wait_token_process(token: str, controller: subprocess.Popen, timeout_s: float = 30) -> bool:

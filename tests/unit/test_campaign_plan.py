@@ -71,3 +71,24 @@ def test_warm_start_sources_are_names_or_urls_with_the_name_after_a_hash():
     assert parse_warm_source("old") == ("old", None)
     assert parse_warm_source("sqlite:///r/old/study.db#old") == ("old", "sqlite:///r/old/study.db")
     assert parse_warm_source("postgresql+psycopg://u:p@h/db#x") == ("x", "postgresql+psycopg://u:p@h/db")
+
+
+def test_a_round_planned_then_half_queued_is_completed_once_in_the_planned_order():
+    import optuna
+
+    from sweeper.search.study import enqueue_runs
+    from sweeper.search.validation import enqueue_planned, is_half_made, plan_runs
+
+    study = optuna.create_study()
+    assert is_half_made(study)  # no source recorded, nothing queued
+    params = {"trial 1": {"x": 1}, "trial 2": {"x": 2}}
+    assert enqueue_planned(study, params) == []  # nothing planned (or a study from before plans)
+    plan_runs(study, ["trial 1", "trial 2", "trial 1"])
+    enqueue_runs(study, [("trial 1", params["trial 1"])])  # a kill after the first of the round
+    assert enqueue_planned(study, params) == ["trial 2", "trial 1"]
+    assert enqueue_planned(study, params) == []  # a second resume queues nothing more
+    trials = study.get_trials(deepcopy=False)
+    assert [t.user_attrs["label"] for t in trials] == ["trial 1", "trial 2", "trial 1"]
+    assert [t.system_attrs["fixed_params"] for t in trials] == [{"x": 1}, {"x": 2}, {"x": 1}]
+    study.set_user_attr("validation_of", "s")
+    assert not is_half_made(study)
