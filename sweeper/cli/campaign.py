@@ -17,10 +17,14 @@ from sweeper.search.study import StudyHandle
 
 
 class CliIO:
-    """The campaign's trials with the sweep's progress view; its news as timestamped lines."""
+    """The campaign's trials with the sweep's progress view (an interrupt names the campaign to
+    resume, whichever study ran); its news as timestamped lines."""
+
+    def __init__(self, campaign: str):
+        self.campaign = campaign
 
     def run_trials(self, handle, host, run) -> None:
-        with_progress(handle, host, run)
+        with_progress(handle, host, run, resume=self.campaign)
 
     def say(self, line: str) -> None:
         LineEvents().say(line)
@@ -88,7 +92,7 @@ def continue_campaign(handle: StudyHandle, hosts: Path, storage: str | None) -> 
     from sweeper.search.campaign import Campaign, campaign_record
     from sweeper.search.study import load_study
 
-    Campaign(handle, CliIO(), hosts, storage).run()
+    Campaign(handle, CliIO(handle.name), hosts, storage).run()
     validation = load_study(campaign_record(handle.study)["phases"]["validate"]["study"], handle.results_dir, storage)
     summary = build_campaign_summary(handle.study, validation)
     handle.study.set_user_attr("campaign_summary", summary)

@@ -135,9 +135,10 @@ def verbose_lines_to(events) -> Iterator[None]:
         VERBOSE_LINES.sink = previous
 
 
-def with_progress(handle: StudyHandle, host: Host, run) -> None:
+def with_progress(handle: StudyHandle, host: Host, run, resume: str | None = None) -> None:
     """Run trials with their progress shown (a live line on a terminal, else plain lines); Ctrl-C
-    stops the server and says how to resume."""
+    stops the server and says how to resume (`resume`: the study to name there, when the trials
+    are another's part, as a campaign's validation is)."""
     try:
         with interrupts_as_keyboard():
             if console.is_terminal and not OUTPUT.quiet:
@@ -151,7 +152,7 @@ def with_progress(handle: StudyHandle, host: Host, run) -> None:
                     run(events)
     except KeyboardInterrupt:
         err.print(f"[yellow]interrupted:[/] the running server was stopped and the trial recorded. "
-                  f"Continue with: sweeper resume {handle.name} --results {handle.results_dir}")
+                  f"Continue with: sweeper resume {resume or handle.name} --results {handle.results_dir}")
         raise typer.Exit(130) from None
     finally:
         host.close()

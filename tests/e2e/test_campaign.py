@@ -45,7 +45,8 @@ def attrs_of(cli, name: str) -> dict:
 
 
 def kill_controller(controller) -> None:
-    os.killpg(controller.pid, signal.SIGKILL)  # the controller alone: servers run in sessions of their own
+    if controller.poll() is None:
+        os.killpg(controller.pid, signal.SIGKILL)  # the controller alone: servers run in sessions of their own
     controller.wait(10)
 
 
@@ -100,7 +101,8 @@ def test_campaign_killed_in_each_phase_resumes_there_without_redoing_work(ccli):
         kill_controller(controller)
     assert attrs_of(cli, "ck")["campaign_phase"] == "sweep"
 
-    # 2. resumed: the sweep finishes; SIGKILL in validation once a run finished and another runs
+    # 2. resumed: the sweep finishes; SIGTERM (as Ctrl-C) in validation once a run finished and
+    # another runs: the server stopped, and the hint names the campaign, not its validation study
     controller = cli.start("resume", "ck")
     try:
         def validating():
@@ -114,6 +116,9 @@ def test_campaign_killed_in_each_phase_resumes_there_without_redoing_work(ccli):
             running = [t for t in trials if t.state == optuna.trial.TrialState.RUNNING and "process" in t.user_attrs]
             return (done, running) if done and running else None
         done_before, _ = wait_for(validating, timeout=600, interval=0.2)
+        controller.send_signal(signal.SIGTERM)
+        _, stderr = controller.communicate(timeout=120)
+        assert controller.returncode == 130 and "Continue with: sweeper resume ck " in stderr, stderr[-2000:]
     finally:
         kill_controller(controller)
     sweep_numbers = {t.number for t in open_study(cli, "ck").trials}
