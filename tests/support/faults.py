@@ -143,14 +143,15 @@ class BetweenSpawnAndRecord:
     it: once the study shows a trial's launch intent, its storage is locked (the controller blocks
     on its next write, the record of the process), the server carrying the intent's token is
     awaited, and the controller is killed. `after` trials are let finish first. A launch whose
-    record came before the lock is let go, and the next launch tried (`tries` launches); with
-    `or_recorded`, it is killed there all the same (a launch with no next one: the profile's).
+    record came before the lock is let go, and the next launch tried (`tries` launches; at the
+    last, or with `or_recorded`, it is killed there all the same: a loaded machine can miss every
+    window, and a kill just after the record beats no kill; a launch with no next one: the profile's).
 
     `db`: the study to watch (default the session's: a campaign's validation study has its own);
     `of="profile"`: the launch of `sweeper profile` (its intent and record are study attrs)."""
 
     after: int = 0
-    tries: int = 5
+    tries: int = 3
     db: Path | None = None
     of: str = "trial"
     or_recorded: bool = False
@@ -158,13 +159,14 @@ class BetweenSpawnAndRecord:
     def wait(self, session: Session) -> str | None:
         path = self.db or session.study_db
         intents, recorded = (_profile_intent, _profile_recorded) if self.of == "profile" else (_intents, _has_attr)
-        for _ in range(self.tries):
-            if (found := self._next_intent(session, path, intents, recorded, self.or_recorded)) is None:
+        for attempt in range(self.tries):
+            last = self.or_recorded or attempt == self.tries - 1
+            if (found := self._next_intent(session, path, intents, recorded, last)) is None:
                 return None
             key, token = found
             with _locked(path) as db:
                 if recorded(db, key):
-                    if self.or_recorded:
+                    if last:
                         return f"{self.of} {key}: spawned (token {token[:8]}), recorded before the lock"
                     continue  # recorded before we locked: too late for this launch
                 if _wait_token_process(token, session.proc):
