@@ -104,11 +104,8 @@ class LocalSearchSampler(BaseSampler):
 
     def __init__(self, space: Space, base: BaseSampler, explore: int = 4, noise: float = 0.02,
                  top_levers: int = 4, seed: int | None = None, explore_every: int = 2,
-                 explorer: Callable[[optuna.Study, set[str]], Move | None] | None = None,
-                 crash_aware: bool = True, stall: int = 0):
+                 explorer: Callable[[optuna.Study, set[str]], Move | None] | None = None):
         self._space, self._base, self._explore = space, base, explore
-        self._crash_aware = crash_aware  # order moves by their values' crash odds; find a feasible start
-        self._stall = stall  # > 0: after this many local moves without a new incumbent, jump 2-3 levers
         self._every = explore_every  # > 0: every n-th trial explores anyway (a portfolio)
         self._explorer = explorer
         self._noise, self._top, self._seed = noise, top_levers, seed
@@ -122,8 +119,6 @@ class LocalSearchSampler(BaseSampler):
         label = queued_label(trial)
         if label is None:
             move = None if self._every and trial.number % self._every == 0 else self.next_move(study)
-            if move is None and self._crash_aware:
-                move = self.feasible_start(study)
             if move is None and self._explorer is not None:
                 move = self._explorer(study, self._taken_keys(study.get_trials(deepcopy=False)))
             if move is not None:
@@ -166,56 +161,15 @@ class LocalSearchSampler(BaseSampler):
         incumbent = path[-1]
         helped = single_lever(path[-2].params, incumbent.params) if len(path) > 1 else None
         scores = move_scores(done)
-        odds = self._odds(done)
         singles = list(self._single_moves(incumbent, helped))
-        # stable: untried moves keep their order; a value that crashed elsewhere goes last
-        singles.sort(key=lambda m: (-scores.get(m.lever_value, 0.0), round(odds.get(m.lever_value, 0.0), 1)))
-        moves = itertools.chain(singles, self._combined_moves(incumbent, done))
-        if self._stall and self._stalled(done, incumbent):
-            moves = itertools.chain(self._jumps(incumbent, len(done)), moves)
-        for move in moves:
+        singles.sort(key=lambda m: -scores.get(m.lever_value, 0.0))  # stable: untried moves keep their order
+        for move in itertools.chain(singles, self._combined_moves(incumbent, done)):
             full = with_derived(self._space, move.params)
             key = config_key(full)
             if key in taken or excluded_by_rule(self._space, full) or violated_constraints(self._space, full):
                 continue
             return move
         return None
-
-    def _odds(self, done: list[FrozenTrial]) -> dict:
-        if not self._crash_aware:
-            return {}
-        from sweeper.search.model import bad_odds  # model.py imports this module
-        return bad_odds(self._space, done)
-
-    def feasible_start(self, study: optuna.Study) -> Move | None:
-        """While every config measured has crashed: the config likeliest to run (its values' crash
-        odds from search/model.py), so that the climb has a feasible start."""
-        from sweeper.search.model import crashed, propose
-        if len(study.directions) > 1:
-            return None
-        trials = study.get_trials(deepcopy=False)
-        done = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
-        if any(is_feasible(t) for t in done) or not any(crashed(t) for t in done):
-            return None
-        proposal = propose(self._space, done, self._taken_keys(trials), True, f"{self._seed}-{len(trials)}")
-        return None if proposal is None else Move(proposal.params, "feasible start: " + proposal.why.split("; ")[-1])
-
-    def _stalled(self, done: list[FrozenTrial], incumbent: FrozenTrial) -> bool:
-        """Whether the last `stall` local moves since the incumbent all failed to replace it."""
-        since = [t for t in done if t.number > incumbent.number and " from trial " in str(t.user_attrs.get(PROPOSED_BY))]
-        return len(since) >= self._stall
-
-    def _jumps(self, incumbent: FrozenTrial, salt: int):
-        """Two or three levers changed at random at once: off a plateau no single move leaves."""
-        rng = random.Random(f"{self._seed}-{incumbent.number}-{salt}")
-        levers = [n for n in self._space.parameters if n in incumbent.params]
-        for _ in range(20):
-            group = rng.sample(levers, rng.choice((2, 3)))
-            changed = {**incumbent.params}
-            for n in group:
-                changed[n] = rng.choice([v for v in lever_values(self._space.parameters[n]) if v != changed[n]])
-            moved = ", ".join(f"{n}={changed[n]}" for n in group)
-            yield Move(completed(self._space, changed), f"{moved} from trial {incumbent.number} (jump: stalled)")
 
     def _taken_keys(self, trials: list[FrozenTrial]) -> set[str]:
         """Configs measured, running or queued (a failed one may be retried)."""
