@@ -32,7 +32,7 @@ def strategies(space, budget):
         "grid": lambda seed: GridOrderSampler(space),
         "random": lambda seed: optuna.samplers.RandomSampler(seed=seed),
         "old default (tpe)": lambda seed: build_sampler(space, budget, "tpe", seed),
-        "local (auto before)": lambda seed: build_sampler(space, budget, "local", seed),
+        "new default (auto)": lambda seed: build_sampler(space, budget, "auto", seed),
         "model": lambda seed: build_sampler(space, budget, "model", seed),
         "hybrid": lambda seed: build_sampler(space, budget, "hybrid", seed),
     }

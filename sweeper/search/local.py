@@ -2,6 +2,9 @@
 best config so far (the incumbent), change one lever at a time; when no single move helps, combine
 the levers whose moves came closest; when those are spent too, let the base sampler explore.
 
+Crash-aware: while every config measured has crashed, each trial is the config likeliest to run
+(search/model.py's per-value crash odds) instead of TPE's, so that the climb gets a feasible start.
+
 Noise-aware: a trial replaces the incumbent only when it beats it by more than `noise` (relative),
 so a lucky measurement within the noise does not drag the climb sideways. Stateless between trials
 (everything is read back from the study), so several workers and a resumed study climb alike.
@@ -104,8 +107,10 @@ class LocalSearchSampler(BaseSampler):
 
     def __init__(self, space: Space, base: BaseSampler, explore: int = 4, noise: float = 0.02,
                  top_levers: int = 4, seed: int | None = None, explore_every: int = 2,
-                 explorer: Callable[[optuna.Study, set[str]], Move | None] | None = None):
+                 explorer: Callable[[optuna.Study, set[str]], Move | None] | None = None,
+                 crash_aware: bool = True):
         self._space, self._base, self._explore = space, base, explore
+        self._crash_aware = crash_aware  # while everything measured crashed: the likeliest to run
         self._every = explore_every  # > 0: every n-th trial explores anyway (a portfolio)
         self._explorer = explorer
         self._noise, self._top, self._seed = noise, top_levers, seed
@@ -119,6 +124,8 @@ class LocalSearchSampler(BaseSampler):
         label = queued_label(trial)
         if label is None:
             move = None if self._every and trial.number % self._every == 0 else self.next_move(study)
+            if move is None and self._crash_aware:
+                move = self.feasible_start(study)
             if move is None and self._explorer is not None:
                 move = self._explorer(study, self._taken_keys(study.get_trials(deepcopy=False)))
             if move is not None:
@@ -170,6 +177,19 @@ class LocalSearchSampler(BaseSampler):
                 continue
             return move
         return None
+
+    def feasible_start(self, study: optuna.Study) -> Move | None:
+        """While every config measured has crashed: the config likeliest to run (its values' crash
+        odds from search/model.py), so that the climb has a feasible start."""
+        from sweeper.search.model import crashed, propose  # here: model.py imports this module
+        if len(study.directions) > 1:
+            return None
+        trials = study.get_trials(deepcopy=False)
+        done = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+        if any(is_feasible(t) for t in done) or not any(crashed(t) for t in done):
+            return None
+        proposal = propose(self._space, done, self._taken_keys(trials), True, f"{self._seed}-{len(trials)}")
+        return None if proposal is None else Move(proposal.params, "feasible start: " + proposal.why.split("; ")[-1])
 
     def _taken_keys(self, trials: list[FrozenTrial]) -> set[str]:
         """Configs measured, running or queued (a failed one may be retried)."""

@@ -95,17 +95,19 @@ def bad_odds(space: Space, trials: Sequence[FrozenTrial]) -> dict[Item, float]:
     never seen running (shared equally); a value seen running keeps a small chance (combinations)."""
     safe = {i for t in trials if is_feasible(t) for i in _items(space, t.params)}
     blame: dict[Item, float] = {}
-    tried: dict[Item, int] = {}
+    tried: dict[Item, float] = {}
     for t in trials:
-        if not (is_feasible(t) or crashed(t)):
-            continue
         items = _items(space, t.params)
-        for i in items:
-            tried[i] = tried.get(i, 0) + 1
-        if crashed(t):
+        if is_feasible(t):
+            for i in items:
+                tried[i] = tried.get(i, 0) + 1
+        elif crashed(t):
+            # a crash is evidence against each suspect in the share it is blamed: counted whole in
+            # `tried`, a value seen only in crashes would look safer with every crash than untried
             suspects = [i for i in items if i not in safe] or items
             for i in suspects:
                 blame[i] = blame.get(i, 0.0) + 1 / len(suspects)
+                tried[i] = tried.get(i, 0) + 1 / len(suspects)
     odds = {}
     for name, param in space.parameters.items():
         for value in lever_values(param):

@@ -1,6 +1,7 @@
 """Which Optuna sampler a study uses: `auto` picks brute force when the discrete space is small
 next to the budget, otherwise a local phase (search/local.py: single-lever moves from the incumbent,
-then pairs) over multivariate TPE, which explores first and whenever the local moves are spent.
+then pairs; while everything measured crashed, the config likeliest to run) over multivariate TPE,
+which explores first and whenever the local moves are spent.
 `tpe` is plain multivariate TPE (the default before issue 20; not grouped: on the demo space
 grouping by the conditional branches needed 25 evaluations to get within 2% of the optimum against
 14 without). bench/README.md has the numbers on a family of surfaces."""

@@ -80,6 +80,19 @@ def test_a_crash_is_blamed_on_the_value_never_seen_running(tiny_space):
     assert runs_chance(tiny_space, {"a": "z", "b": 1}, odds) < 0.5 < runs_chance(tiny_space, {"a": "y", "b": 2}, odds)
 
 
+
+def test_a_value_seen_only_in_crashes_looks_likelier_to_crash_than_an_untried_one():
+    # Ten levers share each crash's blame: counting every crash whole made a value that crashed
+    # again and again look safer than an untried one, and a feasible start never left the region.
+    crashing = {**SPACE.seeds[0].params}
+    trials = [create_trial(params=(p := {**crashing, "mem_fraction_static": mem}),
+                           distributions={n: CategoricalDistribution([v]) for n, v in p.items()},
+                           value=0.0, state=TrialState.COMPLETE, system_attrs={"constraints": (1.0,)})
+              for mem in (0.6, 0.65, 0.7, 0.75, 0.8)]
+    odds = bad_odds(SPACE, trials)
+    assert odds[("tp_size", 8)] > odds[("tp_size", 2)], odds
+    assert odds[("moe_runner_backend", "marlin")] > odds[("moe_runner_backend", "cutlass")], odds
+
 def test_a_proposal_is_allowed_and_unmeasured(tiny_space):
     trials = [_trial({"a": "x", "b": 1}, 10.0), _trial({"a": "y", "b": 1}, 13.0), _trial({"a": "x", "b": 2}, 11.0)]
     taken = {config_key(with_derived(tiny_space, dict(t.params))) for t in trials}
