@@ -25,7 +25,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Iterator, Protocol, Sequence
 
 from sweeper.hosts.agent import TOKEN_VAR
 from sweeper.hosts.procfs import environ_value, read_environ, read_stat
@@ -180,22 +180,29 @@ class BetweenSpawnAndRecord:
             if session.next_line() is None:
                 return None
         seen = _read(path, intents, {})
-        db = None  # one connection for the polls (opening one per poll loses a fast launch's window)
-        try:
-            while session.proc.poll() is None:
-                if db is None and path.exists():
-                    db = sqlite3.connect(path, timeout=30, isolation_level=None)
-                try:
-                    for key, token in (intents(db) if db else {}).items():
-                        if seen.get(key) != token and (or_recorded or not recorded(db, key)):
-                            return key, token
-                except sqlite3.OperationalError:
-                    pass  # the schema is not written yet
-                time.sleep(0.002)
-            return None
-        finally:
-            if db is not None:
-                db.close()
+        for db in _polls(path, session.proc):
+            try:
+                for key, token in (intents(db) if db else {}).items():
+                    if seen.get(key) != token and (or_recorded or not recorded(db, key)):
+                        return key, token
+            except sqlite3.OperationalError:
+                pass  # the schema is not written yet
+        return None
+
+
+def _polls(path: Path, proc: subprocess.Popen) -> Iterator[sqlite3.Connection | None]:
+    """One connection to `path` (None until the file exists), every 2 ms while `proc` runs: the
+    polls must be quick, and opening a connection per poll loses a fast launch's window."""
+    db = None
+    try:
+        while proc.poll() is None:
+            if db is None and path.exists():
+                db = sqlite3.connect(path, timeout=30, isolation_level=None)
+            yield db
+            time.sleep(0.002)
+    finally:
+        if db is not None:
+            db.close()
 
 
 @dataclass(frozen=True)
@@ -213,34 +220,27 @@ class WhenStored:
     moved: Callable[[sqlite3.Connection], object] | None = None
 
     def wait(self, session: Session) -> str | None:
-        was_false, db, start = False, None, None
-        try:
-            while session.proc.poll() is None:
-                if db is None and self.db.exists():  # one connection for the polls: they must be quick
-                    db = sqlite3.connect(self.db, timeout=30, isolation_level=None)
-                try:
-                    now = self.state(db) if db else False
-                    if now and was_false:
-                        db.execute("BEGIN EXCLUSIVE")  # the controller's next write waits
-                        try:
-                            if self.state(db):
-                                return self.what
-                        finally:
-                            db.execute("ROLLBACK")
-                    was_false = was_false or not now
-                    if self.moved and db:
-                        value = self.moved(db)
-                        if start is None:
-                            start = (value,)
-                        elif value != start[0] and was_false:
-                            return f"{self.what}: just after (between two polls)"
-                except sqlite3.OperationalError:
-                    pass  # the schema is not written yet
-                time.sleep(0.002)
-            return None
-        finally:
-            if db is not None:
-                db.close()
+        was_false, start = False, None
+        for db in _polls(self.db, session.proc):
+            try:
+                now = self.state(db) if db else False
+                if now and was_false:
+                    db.execute("BEGIN EXCLUSIVE")  # the controller's next write waits
+                    try:
+                        if self.state(db):
+                            return self.what
+                    finally:
+                        db.execute("ROLLBACK")
+                was_false = was_false or not now
+                if self.moved and db:
+                    value = self.moved(db)
+                    if start is None:
+                        start = (value,)
+                    elif value != start[0] and was_false:
+                        return f"{self.what}: just after (between two polls)"
+            except sqlite3.OperationalError:
+                pass  # the schema is not written yet
+        return None
 
 
 @dataclass
