@@ -171,23 +171,28 @@ def process_details(pids: list) -> dict:
 
 # ---------------------------------------------------------------- operations (JSON in, JSON out)
 
-def _write(path: Path, text: str, mode: int) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+def write_whole(path: Path, text: str, mode: int = 0o644) -> None:
+    """The file whole or not at all (a temporary file renamed over it): a controller killed
+    mid-write must not leave a truncated process.json for the next one to read."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     with os.fdopen(fd, "w") as out:
         out.write(text)
-    os.chmod(path, mode)
+    os.chmod(temporary, mode)
+    os.replace(temporary, path)
 
 
 def op_start(req: dict) -> dict:
     """Write the trial folder, start launch.sh in a new session, record PID/PGID/start time."""
     run_dir = Path(os.path.expanduser(req["run_dir"]))
     run_dir.mkdir(parents=True, exist_ok=True)
-    _write(run_dir / "launch.sh", req["script"], 0o700)
-    _write(run_dir / "env.json", req["env_json"], 0o600)
+    write_whole(run_dir / "launch.sh", req["script"], 0o700)
+    write_whole(run_dir / "env.json", req["env_json"], 0o600)
     log_path = run_dir / "server.log"
     child = spawn_in_session(["/bin/sh", str(run_dir / "launch.sh")], str(run_dir), req["env"], str(log_path))
     record = process_record(child.pid)
-    _write(run_dir / "process.json", json.dumps(record, indent=2), 0o644)
+    write_whole(run_dir / "process.json", json.dumps(record, indent=2), 0o644)
     return {**record, "log_path": str(log_path), "run_dir": str(run_dir)}
 
 

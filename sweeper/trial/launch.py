@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from sweeper.engines.base import EngineInfo, LaunchSpec, classify_log
 from sweeper.engines.flags import flag_problems
 from sweeper.errors import InfraError, PortClash
+from sweeper.hosts.agent import write_whole
 from sweeper.hosts.base import Host, LaunchIntent, ServerProcess, StopReport
 from sweeper.hosts.gate import check_gpus_before_launch, wait_gpus_released
 from sweeper.hosts.gpu import GpuSnapshot, gpus_needed
@@ -246,7 +247,7 @@ def launch(host: Host, spec: LaunchSpec, trial_dir: Path,
     on_intent(host.launch_intent(str(trial_dir), token))
     proc = host.start_detached(spec.argv, spec.env, cwd=str(trial_dir),
                                log_path=str(trial_dir / "server.log"), token=token)
-    (trial_dir / "process.json").write_text(json.dumps(proc.to_dict(), indent=2))
+    write_whole(trial_dir / "process.json", json.dumps(proc.to_dict(), indent=2))
     return proc
 
 
