@@ -140,12 +140,12 @@ class AfterStart:
 @dataclass(frozen=True)
 class BetweenSpawnAndRecord:
     """Inside the launch stage, after the host spawned the server and before the study recorded
-    it: once the study shows a trial's launch intent, its storage is locked (the controller blocks
-    on its next write, the record of the process), the server carrying the intent's token is
-    awaited, and the controller is killed. `after` trials are let finish first. A launch whose
-    record came before the lock is let go, and the next launch tried (`tries` launches; at the
-    last, or with `or_recorded`, it is killed there all the same: a loaded machine can miss every
-    window, and a kill just after the record beats no kill; a launch with no next one: the profile's).
+    it: the study is polled under an exclusive lock, so once a poll reads a launch intent without
+    its record the controller's record waits behind the lock; the server carrying the intent's
+    token is awaited, and the controller is killed. `after` trials are let finish first. A launch
+    whose intent and record both came between two polls is let go and the next one watched; at
+    the `tries`-th such, or the first with `or_recorded` (a launch with no next one: the
+    profile's), it is killed there all the same (a kill just after the record beats no kill).
 
     `db`: the study to watch (default the session's: a campaign's validation study has its own);
     `of="profile"`: the launch of `sweeper profile` (its intent and record are study attrs)."""
@@ -159,34 +159,32 @@ class BetweenSpawnAndRecord:
     def wait(self, session: Session) -> str | None:
         path = self.db or session.study_db
         intents, recorded = (_profile_intent, _profile_recorded) if self.of == "profile" else (_intents, _has_attr)
-        for attempt in range(self.tries):
-            last = self.or_recorded or attempt == self.tries - 1
-            if (found := self._next_intent(session, path, intents, recorded, last)) is None:
-                return None
-            key, token = found
-            with _locked(path) as db:
-                if recorded(db, key):
-                    if last:
-                        return f"{self.of} {key}: spawned (token {token[:8]}), recorded before the lock"
-                    continue  # recorded before we locked: too late for this launch
-                if _wait_token_process(token, session.proc):
-                    return f"{self.of} {key}: spawned (token {token[:8]}), not recorded"
-                return None
-        return None
-
-    def _next_intent(self, session: Session, path: Path, intents, recorded,
-                     or_recorded: bool) -> tuple[int | str, str] | None:
         while session.trials_done() < self.after:
             if session.next_line() is None:
                 return None
-        seen = _read(path, intents, {})
+        seen, missed = _read(path, intents, {}), 0
         for db in _polls(path, session.proc):
+            if db is None:
+                continue
+            # a gate: each poll reads under an exclusive lock, so an intent read unrecorded stays
+            # so (the controller's record waits behind the lock) while the server is awaited
+            db.execute("BEGIN EXCLUSIVE")
             try:
-                for key, token in (intents(db) if db else {}).items():
-                    if seen.get(key) != token and (or_recorded or not recorded(db, key)):
-                        return key, token
+                for key, token in intents(db).items():
+                    if seen.get(key) == token:
+                        continue
+                    seen[key] = token
+                    if not recorded(db, key):
+                        if _wait_token_process(token, session.proc):
+                            return f"{self.of} {key}: spawned (token {token[:8]}), not recorded"
+                        return None
+                    missed += 1  # intent and record both came between two polls
+                    if self.or_recorded or missed >= self.tries:
+                        return f"{self.of} {key}: spawned (token {token[:8]}), recorded before the lock"
             except sqlite3.OperationalError:
                 pass  # the schema is not written yet
+            finally:
+                db.execute("ROLLBACK")
         return None
 
 
@@ -373,21 +371,6 @@ def token_processes(tokens: set[str]) -> list[int]:
 
 
 # ---------------------------------------------------------------- reading the study's storage
-
-class _locked:
-    """An exclusive lock on a SQLite study: every write of the controller waits meanwhile."""
-
-    def __init__(self, path: Path):
-        self.db = sqlite3.connect(path, timeout=30, isolation_level=None)
-
-    def __enter__(self) -> sqlite3.Connection:
-        self.db.execute("BEGIN EXCLUSIVE")
-        return self.db
-
-    def __exit__(self, *exc) -> None:
-        self.db.execute("ROLLBACK")
-        self.db.close()
-
 
 def _rows(path: Path, sql: str, args: tuple = ()) -> list[tuple]:
     return _read(path, lambda db: db.execute(sql, args).fetchall(), [])
