@@ -179,7 +179,8 @@ def test_a_sigkilled_worker_is_recovered_and_its_trial_retried(many, pg_url):
     dead = study.trials[trial.number]
     assert dead.state == TrialState.FAIL
     retries = [t for t in study.trials if t.user_attrs.get("retry_of") == trial.number]
-    assert len(retries) == 1 and retries[0].state in (TrialState.COMPLETE, TrialState.PRUNED)
+    assert len(retries) == 1 and retries[0].state in (TrialState.COMPLETE, TrialState.PRUNED), \
+        [(t.number, t.state.name, t.user_attrs) for t in study.trials]
     assert retries[0].params == dead.params
     assert overlaps(server_lifetimes_allowing_killed(many.journals["a"], process["pid"])) == []
 
