@@ -6,7 +6,7 @@ it (a real CLI subprocess, real simulator servers, per-launch speed factor std 5
 declared winner's and the naive pick's *modelled* throughput (the simulator's noiseless performance
 model, what `sweeper sim best` reads) against the model's optimum.
 
-    .venv/bin/python bench/campaign.py [--seeds 10] [--first 0] [--out bench-campaign.json] [--sampler model --trials 30]
+    .venv/bin/python bench/campaign.py [--seeds 10] [--first 0] [--out bench-campaign.json] [--sampler model --trials 31 --finalists 4]
 
 bench/campaign_model.py runs the same policy on the model in seconds (for choosing its settings).
 """
@@ -54,16 +54,17 @@ def space_file(folder: Path, sampler: str | None) -> Path:
 
 
 def run_seed(seed: int, results: Path, space, optimum: float, sampler: str | None = None,
-             trials: int | None = None) -> dict:
+             trials: int | None = None, finalists: int | None = None) -> dict:
     name = f"bench-{seed}"
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "sweeper.cli", "--quiet", "campaign", str(space_file(results, sampler)),
                            "--study", name, "--seed", str(seed), "--max-launches", str(MAX_LAUNCHES),
                            "--results", str(results), "--hosts", str(write_hosts(results)),
-                           *(["--trials", str(trials)] if trials else [])],
+                           *(["--trials", str(trials)] if trials else []),
+                           *(["--finalists", str(finalists)] if finalists else [])],
                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
     row = {"seed": seed, "rc": proc.returncode, "wall_s": round(time.monotonic() - started),
-           "sampler": sampler or "auto", "sweep_trials": trials or space.budget.trials}
+           "sampler": sampler or "auto", "sweep_trials": trials or space.budget.trials, "finalists": finalists or 3}
     if proc.returncode != 0:
         return {**row, "error": proc.stderr.strip()[-500:]}
     study = load_study(name, results, None)
@@ -90,6 +91,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench-campaign.json"))
     parser.add_argument("--sampler", help="the sweep's sampler (default: the space's, auto)")
     parser.add_argument("--trials", type=int, help="the sweep's evaluations (default: the space's budget, 26)")
+    parser.add_argument("--finalists", type=int, help="K, the sweep's best configs re-measured first (default: the campaign's, 3)")
     args = parser.parse_args()
     space = load_space(SPACE)
     optimum = best_config(space).value
@@ -99,7 +101,7 @@ def main() -> None:
         for seed in range(args.first, args.first + args.seeds):
             if seed in done:
                 continue
-            rows.append(run_seed(seed, Path(tmp), space, optimum, args.sampler, args.trials))
+            rows.append(run_seed(seed, Path(tmp), space, optimum, args.sampler, args.trials, args.finalists))
             print(json.dumps(rows[-1]), flush=True)
             args.out.write_text(json.dumps(rows, indent=1))
     ok = [r for r in rows if "error" not in r]
