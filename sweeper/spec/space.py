@@ -661,12 +661,13 @@ def _check_gpu_count(space: Space) -> list[tuple[KeyPath, str]]:
 
     if get_engine(space.engine).info.parallel_flags:
         return []
-    keys = ([("objective", "metric")] if space.objectives is None else
-            [("objectives", i, "metric") for i in range(len(space.objectives))]) + [("target", "metric")]
-    terms = [space.objective] if space.objectives is None else list(space.objectives)
-    return [(key, f"{PER_GPU_METRIC} needs the GPUs each config runs on, and {space.engine} does not say "
-                  "(no parallel-size flags): add gpus: to the space (an expression of the parameters, e.g. gpus: \"1\" or gpus: \"tp * dp\")")
-            for key, term in zip(keys, [*terms, space.perf_target]) if term is not None and term.metric == PER_GPU_METRIC]
+    terms = ([(("objective", "metric"), space.objective)] if space.objectives is None else
+             [(("objectives", i, "metric"), term) for i, term in enumerate(space.objectives)])
+    terms.append((("target", "metric"), space.perf_target))
+    return [(key, f"{PER_GPU_METRIC} needs the GPUs each config runs on, and {space.engine} does not say (no "
+                  "parallel-size flags): add gpus: to the space (an expression of the parameters, e.g. "
+                  'gpus: "1" or gpus: "tp * dp")')
+            for key, term in terms if term is not None and term.metric == PER_GPU_METRIC]
 
 
 def gpu_count_of(space: Space, config: dict[str, Any]) -> int | None:

@@ -72,7 +72,8 @@ def level(tok_s: float, gpus: int) -> dict:
 
 def test_a_study_ranked_by_tok_s_per_gpu_lets_fewer_gpus_win():
     engine = get_engine("sim")
-    for objective, winner in (("output_throughput_per_gpu", {"tp": 2, "dp": 1}), ("output_throughput", {"tp": 8, "dp": 1})):
+    for objective, winner in (("output_throughput_per_gpu", {"tp": 2, "dp": 1}),
+                              ("output_throughput", {"tp": 8, "dp": 1})):
         space = parse_space(space_text("sim", f"objective: {{metric: {objective}, level: 16}}"), "s.yaml")
         study = optuna.create_study(direction="maximize")
         study.set_user_attr("space", space.model_dump(mode="json"))
