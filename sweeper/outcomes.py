@@ -64,6 +64,7 @@ class FailureKind(StrEnum):
 ThroughputMetric = Literal["output_throughput", "total_throughput", "request_throughput"]
 # Fair comparisons (maximised, like a throughput): per GPU the config uses, and per user (1 / TPOT)
 FairnessMetric = Literal["output_throughput_per_gpu", "output_throughput_per_user"]
+PER_GPU_METRIC = "output_throughput_per_gpu"  # needs each config's GPU count (space `gpus:` or the engine's)
 LatencyMetric = Literal["median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "median_e2e_latency_ms"]
 # The SLO capacity objective (loadgen/capacity.py): the highest load within the space's `slo:`.
 CapacityMetric = Literal["max_load_within_slo"]

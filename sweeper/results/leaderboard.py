@@ -12,8 +12,10 @@ import pandas as pd
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
 
-from sweeper.levels import Level, is_rate, level_key, metric_column, stored_workload_levels
-from sweeper.search.stored import output_rejected, reference_text, study_space
+from sweeper.levels import (Level, format_number, is_rate, level_key, metric_column, parse_level_key,
+                            stored_workload_levels)
+from sweeper.loadgen.capacity import capacity_found
+from sweeper.search.stored import finds_capacity, output_rejected, reference_text, study_space
 from sweeper.search.trials import infeasible_reason, is_pareto_study, pareto_trials
 
 
@@ -41,8 +43,22 @@ def parameter_names(study: optuna.Study) -> list[str]:
 
 
 def study_levels(study: optuna.Study) -> list[Level]:
-    """The study's ladder: its concurrencies, or its request rates (open loop)."""
-    return stored_workload_levels(study_space(study).get("workload", {}))
+    """The levels the study's results show: its ladder (its concurrencies, or its request rates:
+    open loop); in a capacity study (max_load_within_slo) the search picks the loads, so every
+    load its trials measured, all trials' together, lowest first."""
+    if not finds_capacity(study):
+        return stored_workload_levels(study_space(study).get("workload", {}))
+    return sorted({parse_level_key(key) for trial in study.get_trials(deepcopy=False)
+                   for key in trial.user_attrs.get("levels", {})})
+
+
+def capacity_columns(record: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A capacity study's columns of a trial: the load its search found (also where the trial does
+    not rank), whether the SLO still held at the ceiling, and the lowest load above it that broke it."""
+    record = record or {}
+    found, failing = capacity_found(record), record.get("first_failing")
+    return {"capacity": math.nan if found is None else found, "capacity_capped": record.get("capped", ""),
+            "capacity_first_failing": math.nan if failing is None else failing}
 
 
 def format_values(study: optuna.Study, trial: FrozenTrial) -> str:
@@ -51,8 +67,23 @@ def format_values(study: optuna.Study, trial: FrozenTrial) -> str:
     return ", ".join(f"{name} = {value:.2f}" for name, value in zip(names, trial.values))
 
 
+def format_capacity(row: Mapping[str, Any]) -> str:
+    """A row's found capacity (capacity_columns) in a table cell: '12 (SLO broke at 13)',
+    '16 (held at the ceiling)'; '-' where the trial's search recorded none."""
+    found, capped, failing = (row.get(k) for k in ("capacity", "capacity_capped", "capacity_first_failing"))
+    if found is None or pd.isna(found):
+        return "-"
+    if capped is not None and capped != "" and bool(capped):
+        return f"{format_number(found)} (held at the ceiling)"
+    if failing is None or pd.isna(failing):
+        return format_number(found)
+    return f"{format_number(found)} (SLO broke at {format_number(failing)})"
+
+
 def trial_row(trial: FrozenTrial, params: list[str], levels: list[Level], reference: str | None,
-              rejected: Mapping[str, str] | None = None, on_front: bool | None = None) -> dict[str, Any]:
+              rejected: Mapping[str, str] | None = None, on_front: bool | None = None,
+              capacity: bool = False) -> dict[str, Any]:
+    """`capacity`: the study finds capacity (capacity_columns)."""
     attrs = trial.user_attrs
     reason = infeasible_reason(trial, reference, rejected)
     failure = attrs.get("failure") or {}
@@ -75,6 +106,8 @@ def trial_row(trial: FrozenTrial, params: list[str], levels: list[Level], refere
     if on_front is not None:  # the Pareto mode: the second objective, and whether it is on the front
         row["objective_2"] = values[1] if values else math.nan
         row["on_front"] = on_front
+    if capacity:
+        row.update(capacity_columns(attrs.get("capacity")))
     level_metrics = attrs.get("levels", {})
     for level in levels:
         metrics = level_metrics.get(level_key(level), {})
@@ -96,8 +129,8 @@ def leaderboard_frame(study: optuna.Study) -> pd.DataFrame:
     params, levels = parameter_names(study), study_levels(study)
     pareto = is_pareto_study(study)
     front = {t.number for t in pareto_trials(study)} if pareto else set()
-    rejected = output_rejected(study)
-    rows = [trial_row(t, params, levels, reference, rejected, (t.number in front) if pareto else None)
+    rejected, capacity = output_rejected(study), finds_capacity(study)
+    rows = [trial_row(t, params, levels, reference, rejected, (t.number in front) if pareto else None, capacity)
             for t in study.get_trials(deepcopy=False)]
     frame = pd.DataFrame(rows)
     if frame.empty:

@@ -13,7 +13,7 @@ from optuna.trial import FrozenTrial, TrialState
 from sweeper.levels import Level, level_key
 from sweeper.results.gap import GapToTarget, build_study_gap
 from sweeper.results.importance import build_param_importances
-from sweeper.results.leaderboard import parameter_names, study_levels
+from sweeper.results.leaderboard import format_capacity, parameter_names, study_levels
 from sweeper.results.provenance import build_provenance
 from sweeper.results.ranking import plain_cell, ranked_frame
 from sweeper.search.stored import ObjectiveSpec, objective_spec, objective_specs
@@ -39,6 +39,7 @@ class ConfigLevels:
     ci_source: str = "none"  # validation | precision | repeats | none (search/confidence.py)
     tied_with_best: bool | None = None  # None: unknown (an interval is)
     precision_reached: bool | None = None
+    capacity: str = ""  # a capacity study: the search's answer in words (leaderboard.format_capacity)
 
     @property
     def label(self) -> str:
@@ -121,7 +122,8 @@ def build_top_configs(study: optuna.Study, frame, levels: list[int], k: int) -> 
         top.append(ConfigLevels(trial.number, int(row["rank"]), float(row["rank_value"]), dict(trial.params),
                                 tuple(sorted(metrics)), metrics, plain_cell(row["ci_low"]), plain_cell(row["ci_high"]),
                                 row["ci_source"] or "none", plain_cell(row["tied_with_best"]),
-                                plain_cell(row["precision_reached"])))
+                                plain_cell(row["precision_reached"]),
+                                format_capacity(row) if "capacity" in row.index else ""))
     return top
 
 

@@ -132,7 +132,7 @@ def build_gap_section(gap: GapToTarget | None) -> Section | None:
 
 def build_top_section(data: ReportData) -> Section:
     levels = data.levels
-    rows = [[str(c.rank), str(c.trial), fmt(c.value), format_ci(c), format_tie(c),
+    rows = [[str(c.rank), str(c.trial), c.capacity or fmt(c.value), format_ci(c), format_tie(c),
              *[fmt(c.metrics[l]["output_throughput"]) if l in c.metrics else "-" for l in levels],
              format_params(c.params)] for c in data.top]
     table = Table(["rank", "trial", data.objective.name, "95% CI", "tied with #1",

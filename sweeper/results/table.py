@@ -10,7 +10,7 @@ import pandas as pd
 from rich.table import Table
 
 from sweeper.levels import metric_column, short_level
-from sweeper.results.leaderboard import parameter_names, study_levels
+from sweeper.results.leaderboard import format_capacity, parameter_names, study_levels
 from sweeper.search.trials import is_pareto_study
 from sweeper.results.ranking import ranked_frame, resolve_level
 from sweeper.search.stored import objective_spec, objective_specs
@@ -37,8 +37,8 @@ def format_leaderboard_table(study: optuna.Study, top: int, level: int | float |
     params = parameter_names(study)
     for _, row in frame.head(top).iterrows():
         config = " ".join(f"{p}={row[f'param_{p}']}" for p in params if row[f"param_{p}"] != "")
-        table.add_row(str(row["trial"]), _fmt(row["rank"]), format_result(row, short_level(spec.level)),
-                      _fmt(row["rank_value"]),
+        value = format_capacity(row) if "capacity" in row.index else _fmt(row["rank_value"])
+        table.add_row(str(row["trial"]), _fmt(row["rank"]), format_result(row, short_level(spec.level)), value,
                       format_ci_cell(row), *[_fmt(row[metric_column(c, "output_tok_s")]) for c in levels], config)
     return table
 

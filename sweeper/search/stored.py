@@ -81,6 +81,11 @@ def objective_spec(study: optuna.Study, level: Level | None = None) -> Objective
     return ObjectiveSpec(first.metric, first.level if level is None else level, first.maximize)
 
 
+def finds_capacity(study: optuna.Study) -> bool:
+    """The study's objective is the SLO capacity (max_load_within_slo): each trial searched its load axis."""
+    return objective_specs(study)[0].metric == CAPACITY_METRIC
+
+
 def validated_winner(study: optuna.Study) -> int | None:
     """The trial number re-validation declared the winner (the best mean over fresh runs), or None
     before any validation (or in the Pareto mode, which has no single winner)."""

@@ -15,7 +15,8 @@ from pydantic import Field, field_validator, model_validator
 
 from sweeper.errors import ConfigError
 from sweeper.levels import Level, Rate, goal_name, workload_levels
-from sweeper.outcomes import CAPACITY_METRIC, FAIRNESS_METRICS, LATENCY_METRICS, THROUGHPUT_METRICS, MetricName
+from sweeper.outcomes import (CAPACITY_METRIC, FAIRNESS_METRICS, LATENCY_METRICS, PER_GPU_METRIC, THROUGHPUT_METRICS,
+                              MetricName)
 from sweeper.spec.expr import MAX_PROBES, Expr, ExprError, Missing, first_type_error, parse_expr
 from sweeper.spec.loading import Strict, validate_model
 from sweeper.spec.yamlfile import KeyPath, format_path, line_of, parse_yaml_with_lines
@@ -503,6 +504,7 @@ def _cross_check_space(space: Space) -> list[tuple[KeyPath, str]]:
     if space.reference is not None and space.reference not in seed_names:
         problems.append((("reference",), f"no seed named {space.reference!r}"))
     problems += _check_objectives(space)
+    problems += _check_gpu_count(space)
     level = space.objective.level
     if not space.finds_capacity and (problem := _level_problem(space.workload, level)):
         problems.append((("objective", "level"), problem))
@@ -647,6 +649,25 @@ def _check_objectives(space: Space) -> list[tuple[KeyPath, str]]:
         if problem := _level_problem(space.workload, term.level):
             problems.append((("objectives", index, "level"), problem))
     return problems
+
+
+def _check_gpu_count(space: Space) -> list[tuple[KeyPath, str]]:
+    """A per-GPU objective (or target) needs each config's GPU count: the space's `gpus:`, else the
+    engine's parallel sizes in its argv; an engine that declares none (llama.cpp, transformers)
+    would score every trial 0."""
+    if space.gpus is not None:
+        return []
+    from sweeper.engines import get_engine  # spec -> engines, lazily (engines import the spec)
+
+    if get_engine(space.engine).info.parallel_flags:
+        return []
+    terms = ([(("objective", "metric"), space.objective)] if space.objectives is None else
+             [(("objectives", i, "metric"), term) for i, term in enumerate(space.objectives)])
+    terms.append((("target", "metric"), space.perf_target))
+    return [(key, f"{PER_GPU_METRIC} needs the GPUs each config runs on, and {space.engine} does not say (no "
+                  "parallel-size flags): add gpus: to the space (an expression of the parameters, e.g. "
+                  'gpus: "1" or gpus: "tp * dp")')
+            for key, term in terms if term is not None and term.metric == PER_GPU_METRIC]
 
 
 def gpu_count_of(space: Space, config: dict[str, Any]) -> int | None:

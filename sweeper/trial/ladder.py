@@ -22,7 +22,7 @@ from sweeper.loadgen.probe import LevelProbe
 from sweeper.loadgen.workload import tokenizer_from_file
 from sweeper.loadgen.vocab import model_vocab_size
 from sweeper.levels import Level, Rate, describe_level, is_rate, level_label
-from sweeper.outcomes import LevelMetrics
+from sweeper.outcomes import PER_GPU_METRIC, LevelMetrics
 from sweeper.spec.space import Workload
 from sweeper.trial.context import Failure
 from sweeper.trial.energy import PowerMeter
@@ -219,7 +219,7 @@ def per_gpu_fields(metrics: LevelMetrics, gpus: int | None) -> dict[str, Any]:
     """The level's output tok/s per GPU the config runs on (None when that count is unknown)."""
     throughput = metrics.get("output_throughput")
     per_gpu = throughput / gpus if gpus and throughput is not None else None
-    return {"gpus": gpus, "output_throughput_per_gpu": per_gpu}
+    return {"gpus": gpus, PER_GPU_METRIC: per_gpu}
 
 
 def energy_fields(runs: list[tuple[float, float, int]], time_scale: float = 1.0) -> dict[str, Any]:

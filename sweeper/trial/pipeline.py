@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from sweeper.levels import short_level
-from sweeper.engines.base import gpus_in_argv
+from sweeper.engines.base import EngineInfo, gpus_in_argv
 from sweeper.errors import InfraError
 from sweeper.loadgen.capacity import CapacitySlo
 from sweeper.loadgen.metrics import spoiled_by_client
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.loadgen.onhost import load_place
 from sweeper.outcomes import FailureKind
-from sweeper.spec.space import OutputCheck, gpu_count_of
+from sweeper.spec.space import OutputCheck, Space, gpu_count_of
 from sweeper.trial.context import Failure, TrialContext, TrialOutcome
 from sweeper.trial.energy import PowerMeter
 from sweeper.trial.gate import GateError, GateTimeout, OutputSample, collect_samples, judge, write_check_file
@@ -106,7 +106,7 @@ def _check_and_measure(ctx: TrialContext, outcome: TrialOutcome, server: Launche
                                     build_level_probe(server.base_url, server.model, ctx.engine.info, space.workload))
             stalls = stall_watch(ctx.host, server.proc, ctx.engine.info.stall_lines)
             pgid = server.proc.pgid if ctx.host_spec.transport == "local" else None
-            gpus = config_gpus(ctx, outcome.config, server.argv)
+            gpus = config_gpus(space, ctx.engine.info, outcome.config, server.argv)
             with power_meter(ctx, server, gpus) as power:
                 if space.finds_capacity:
                     slo, workload = CapacitySlo(space.slo.p99_ttft_ms, space.slo.p99_tpot_ms), space.workload
@@ -132,10 +132,10 @@ def _check_and_measure(ctx: TrialContext, outcome: TrialOutcome, server: Launche
             outcome.failure = Failure("load", "invalid_measurement", reasons)
 
 
-def config_gpus(ctx: TrialContext, config: Mapping[str, Any], argv: Sequence[str]) -> int | None:
+def config_gpus(space: Space, info: EngineInfo, config: Mapping[str, Any], argv: Sequence[str]) -> int | None:
     """The GPUs the config runs on: the space's `gpus:` expression, else the engine's parallel
     sizes in its argv (TP x DP x PP), else unknown."""
-    return gpu_count_of(ctx.space, dict(config)) or gpus_in_argv(argv, ctx.engine.info.parallel_flags)
+    return gpu_count_of(space, dict(config)) or gpus_in_argv(argv, info.parallel_flags)
 
 
 @contextmanager

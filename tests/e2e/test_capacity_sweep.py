@@ -47,6 +47,9 @@ def test_a_trial_searches_its_capacity_and_ranks_by_it(cli):
     assert out.returncode == 0, out.stderr
     frame = pd.read_csv(cli.workdir / "cap.csv")
     assert frame.loc[0, "objective"] == capacity and bool(frame.loc[0, "feasible"])
+    assert frame.loc[0, "capacity"] == capacity and bool(frame.loc[0, "capacity_capped"]) == record["capped"]
+    for load, level in tried.items():  # every load the search measured is a column, not only C = 1, 4
+        assert frame.loc[0, f"c{load}_ttft_p99_ms"] == pytest.approx(outcome["levels"][str(load)]["p99_ttft_ms"])
     assert "max_load_within_slo" in out.stdout
 
 
