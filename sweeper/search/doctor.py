@@ -15,7 +15,7 @@ from sweeper.errors import UserError
 from sweeper.hosts import Host, open_host
 from sweeper.hosts.gate import format_holders
 from sweeper.hosts.gpu import MODEL_QUERY, GpuParseError, GpuSnapshot, gpus_needed, holders_above, parse_gpu_names
-from sweeper.redact import redact_argv, redact_env
+from sweeper.redact import redact_env, redacted_command_line
 from sweeper.search.configs import parameter_values, with_derived
 from sweeper.search.ablation import sampled_config
 from sweeper.spec.hosts import HostSpec
@@ -194,4 +194,4 @@ def seed_commands(engine: Engine, space: Space, spec: HostSpec, python: str) -> 
         launch = engine.build_launch_spec(space, config, spec, spec.base_port, python)
         env = redact_env({k: v for k, v in launch.env.items() if spec.env.get(k) != v})  # the space's own
         exports = "".join(f"{k}={shlex.quote(v)} " for k, v in sorted(env.items()))
-        yield Check(f"seed {seed.name}", True, exports + shlex.join(redact_argv(launch.argv)))
+        yield Check(f"seed {seed.name}", True, exports + redacted_command_line(launch.argv))
