@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import asdict, dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 from sweeper.engines import get_engine, installed
 from sweeper.engines.base import Engine, flag_args
-from sweeper.errors import UserError
+from sweeper.errors import InfraError, UserError
 from sweeper.hosts import Host, open_host
 from sweeper.hosts.gate import format_holders
 from sweeper.hosts.gpu import MODEL_QUERY, GpuParseError, GpuSnapshot, gpus_needed, holders_above, parse_gpu_names
@@ -47,19 +47,36 @@ def run_checks(space: Space, host_name: str, spec: HostSpec) -> list[Check]:
     try:
         checks = [Check("connection", True, f"{host_name} ({spec.transport})")]
         python = host.python()
-        checks.append(check_python(host, python))
         engine = get_engine(space.engine)
-        checks.append(engine_check := check_engine(host, engine, space.engine, python))
-        checks += check_flags(host, engine, space, python) if engine_check.ok else [
-            Check("flags", False, "not checked: the engine is not installed", engine_check.fix)]
-        checks.append(check_model_path(host, space.model))
-        checks += check_gpus(host, spec)
-        checks.append(check_ports(host, engine, space, spec, python))
-        checks.append(check_disk(host, spec.work_dir))
-        checks += seed_commands(engine, space, spec, python)
+        checks += guarded("python", "check `python:` of the host and that the host answers",
+                          lambda: check_python(host, python))
+        checks += (engine_checks := guarded("engine", "check that the host answers",
+                                            lambda: check_engine(host, engine, space.engine, python)))
+        checks += guarded("flags", "run the engine's --help on the host to see why it fails",
+                          lambda: check_flags(host, engine, space, python)) if engine_checks[0].ok else [
+            Check("flags", False, "not checked: the engine is not installed", engine_checks[0].fix)]
+        checks += guarded("model", "check `model:` of the space and that the host answers",
+                          lambda: check_model_path(host, space.model))
+        checks += guarded("gpus", "make nvidia-smi run on the host (on its PATH, or the PATH of the host "
+                          "entry's env), or set gpu_gate: off for the host to skip the GPU checks",
+                          lambda: check_gpus(host, spec))
+        checks += guarded("ports", "check base_port of the host and that the host answers",
+                          lambda: check_ports(host, engine, space, spec, python))
+        checks += guarded("disk", "check work_dir of the host", lambda: check_disk(host, spec.work_dir))
+        checks += guarded("seeds", "fix the space's seeds", lambda: list(seed_commands(engine, space, spec, python)))
         return checks
     finally:
         host.close()
+
+
+def guarded(name: str, fix: str, check: Callable[[], Check | list[Check]]) -> list[Check]:
+    """A check's own error (a UserError or InfraError: nvidia-smi failing, the connection dropping)
+    as its problem line, so that the checks after it still run."""
+    try:
+        made = check()
+    except (UserError, InfraError) as exc:
+        return [Check(name, False, str(exc), fix)]
+    return [made] if isinstance(made, Check) else made
 
 
 def check_python(host: Host, python: str) -> Check:
