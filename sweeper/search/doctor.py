@@ -159,8 +159,8 @@ def check_gpus(host: Host, spec: HostSpec) -> list[Check]:
 
 
 def gpu_inventory(host: Host, snapshot: GpuSnapshot) -> str:
-    """`0: NVIDIA H200 (143771 MiB, driver 570.1)` per GPU; name and driver `?` where nvidia-smi
-    does not answer that query (the simulator's stand-in answers only the gate's two)."""
+    """`0: NVIDIA H200 (143771 MiB, 0 used, driver 580.159.04)` per GPU; name and driver `?` where
+    nvidia-smi does not answer that query."""
     result = host.run(list(MODEL_QUERY), timeout_s=30)
     try:
         names = parse_gpu_names(result.stdout) if result.returncode == 0 else {}

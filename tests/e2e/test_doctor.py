@@ -53,7 +53,9 @@ def test_a_healthy_setup_passes_every_check(doctor, ssh_home):
     by_name = {c["name"]: c["detail"] for c in checks}
     assert by_name["engine"].startswith("sim ")
     assert "a hub id, not checked" in by_name["model"]
-    assert by_name["gpus"].count("97887 MiB") == 8
+    assert by_name["gpus"].count("97887 MiB") == 8 and "?" not in by_name["gpus"]
+    assert by_name["gpus"].startswith("0: NVIDIA RTX PRO 6000 Blackwell Server Edition (97887 MiB, 3 used, "
+                                      "driver 580.159.04); 1: ")
     assert f"--port {doctor.base_port} " in by_name["seed baseline"]
     assert "NCCL_PROTO=Simple " in by_name["seed baseline"]
 
