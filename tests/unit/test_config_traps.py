@@ -114,3 +114,16 @@ def test_a_missing_optional_package_names_the_extra_that_brings_it():
 
     with pytest.raises(UserError, match=r"a Parquet export needs the 'no_such_pkg' package: pip install 'sweeper\[parquet\]'"):
         import_optional("no_such_pkg", "parquet", "a Parquet export")
+
+
+def test_a_postgres_storage_without_psycopg_names_the_extra(monkeypatch):
+    import sys
+
+    from sweeper.errors import UserError
+    from sweeper.search.study import open_storage
+
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # the import fails as when it is not installed
+    with pytest.raises(UserError) as info:
+        open_storage("postgresql+psycopg://sweeper:hunter2@127.0.0.1:1/sweeper")
+    assert str(info.value) == ("the storage postgresql+psycopg://sweeper:***@127.0.0.1:1/sweeper needs the "
+                               "'psycopg' package: pip install 'sweeper[postgres]'")
