@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Mapping, Sequence
 
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
@@ -33,3 +34,9 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
         else:
             shown.append(item)
     return shown
+
+
+def redacted_command_line(argv: Sequence[str]) -> str:
+    """The argv as one shell-quoted line with secret flag values masked: what is shown or written,
+    never what is run."""
+    return shlex.join(redact_argv(argv))

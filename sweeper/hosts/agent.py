@@ -230,8 +230,9 @@ def op_gpu(req: dict) -> dict:
     outputs = []
     for query in req["queries"]:
         run = subprocess.run([exe, *query[1:]], capture_output=True, text=True, timeout=60, env=env)
-        if run.returncode != 0:
-            return {"found": True, "error": f"{' '.join(query)} exited {run.returncode}: {run.stderr.strip()[-300:]}"}
+        if run.returncode != 0:  # nvidia-smi prints why (no driver, ...) to stdout
+            why = (run.stderr.strip() or run.stdout.strip())[-300:]
+            return {"found": True, "error": f"{' '.join(query)} exited {run.returncode}: {why}"}
         outputs.append(run.stdout)
     return {"found": True, "outputs": outputs}
 

@@ -11,7 +11,7 @@ from optuna.trial import FrozenTrial
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import Space
 from sweeper.engines import get_engine
-from sweeper.redact import redact_env
+from sweeper.redact import redact_env, redacted_command_line
 from sweeper.results.ranking import best_ranked_trial
 from sweeper.results.leaderboard import format_values
 
@@ -19,12 +19,12 @@ from sweeper.results.leaderboard import format_values
 def format_launch_script(space: Space, host_name: str, host_spec: HostSpec, params: dict,
                          python: str, port: int, header: str) -> str:
     """A bash script that starts the server with these parameters; every value is quoted and
-    secret environment values are left as placeholders to fill in."""
+    secret values (of secret-looking variables and flags) are left as placeholders to fill in."""
     spec = get_engine(space.engine).build_launch_spec(space, params, host_spec, port, python)
     env = redact_env(spec.env)
     lines = ["#!/usr/bin/env bash", f"# {header}", f"# host: {host_name}", "set -euo pipefail"]
     lines += [f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())]
-    lines.append("exec " + shlex.join(spec.argv))
+    lines.append("exec " + redacted_command_line(spec.argv))
     return "\n".join(lines) + "\n"
 
 

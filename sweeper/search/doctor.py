@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import asdict, dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 from sweeper.engines import get_engine, installed
 from sweeper.engines.base import Engine, flag_args
-from sweeper.errors import UserError
+from sweeper.errors import InfraError, UserError
 from sweeper.hosts import Host, open_host
 from sweeper.hosts.gate import format_holders
 from sweeper.hosts.gpu import MODEL_QUERY, GpuParseError, GpuSnapshot, gpus_needed, holders_above, parse_gpu_names
-from sweeper.redact import redact_argv, redact_env
+from sweeper.redact import redact_env, redacted_command_line
 from sweeper.search.configs import parameter_values, with_derived
 from sweeper.search.ablation import sampled_config
 from sweeper.spec.hosts import HostSpec
@@ -47,19 +47,36 @@ def run_checks(space: Space, host_name: str, spec: HostSpec) -> list[Check]:
     try:
         checks = [Check("connection", True, f"{host_name} ({spec.transport})")]
         python = host.python()
-        checks.append(check_python(host, python))
         engine = get_engine(space.engine)
-        checks.append(engine_check := check_engine(host, engine, space.engine, python))
-        checks += check_flags(host, engine, space, python) if engine_check.ok else [
-            Check("flags", False, "not checked: the engine is not installed", engine_check.fix)]
-        checks.append(check_model_path(host, space.model))
-        checks += check_gpus(host, spec)
-        checks.append(check_ports(host, engine, space, spec, python))
-        checks.append(check_disk(host, spec.work_dir))
-        checks += seed_commands(engine, space, spec, python)
+        checks += guarded("python", "check `python:` of the host and that the host answers",
+                          lambda: check_python(host, python))
+        checks += (engine_checks := guarded("engine", "check that the host answers",
+                                            lambda: check_engine(host, engine, space.engine, python)))
+        checks += guarded("flags", "run the engine's --help on the host to see why it fails",
+                          lambda: check_flags(host, engine, space, python)) if engine_checks[0].ok else [
+            Check("flags", False, "not checked: the engine is not installed", engine_checks[0].fix)]
+        checks += guarded("model", "check `model:` of the space and that the host answers",
+                          lambda: check_model_path(host, space.model))
+        checks += guarded("gpus", "make nvidia-smi run on the host (on its PATH, or the PATH of the host "
+                          "entry's env), or set gpu_gate: off for the host to skip the GPU checks",
+                          lambda: check_gpus(host, spec))
+        checks += guarded("ports", "check base_port of the host and that the host answers",
+                          lambda: check_ports(host, engine, space, spec, python))
+        checks += guarded("disk", "check work_dir of the host", lambda: check_disk(host, spec.work_dir))
+        checks += guarded("seeds", "fix the space's seeds", lambda: list(seed_commands(engine, space, spec, python)))
         return checks
     finally:
         host.close()
+
+
+def guarded(name: str, fix: str, check: Callable[[], Check | list[Check]]) -> list[Check]:
+    """A check's own error (a UserError or InfraError: nvidia-smi failing, the connection dropping)
+    as its problem line, so that the checks after it still run."""
+    try:
+        made = check()
+    except (UserError, InfraError) as exc:
+        return [Check(name, False, str(exc), fix)]
+    return [made] if isinstance(made, Check) else made
 
 
 def check_python(host: Host, python: str) -> Check:
@@ -142,8 +159,8 @@ def check_gpus(host: Host, spec: HostSpec) -> list[Check]:
 
 
 def gpu_inventory(host: Host, snapshot: GpuSnapshot) -> str:
-    """`0: NVIDIA H200 (143771 MiB, driver 570.1)` per GPU; name and driver `?` where nvidia-smi
-    does not answer that query (the simulator's stand-in answers only the gate's two)."""
+    """`0: NVIDIA H200 (143771 MiB, 0 used, driver 580.159.04)` per GPU; name and driver `?` where
+    nvidia-smi does not answer that query."""
     result = host.run(list(MODEL_QUERY), timeout_s=30)
     try:
         names = parse_gpu_names(result.stdout) if result.returncode == 0 else {}
@@ -194,4 +211,4 @@ def seed_commands(engine: Engine, space: Space, spec: HostSpec, python: str) -> 
         launch = engine.build_launch_spec(space, config, spec, spec.base_port, python)
         env = redact_env({k: v for k, v in launch.env.items() if spec.env.get(k) != v})  # the space's own
         exports = "".join(f"{k}={shlex.quote(v)} " for k, v in sorted(env.items()))
-        yield Check(f"seed {seed.name}", True, exports + shlex.join(redact_argv(launch.argv)))
+        yield Check(f"seed {seed.name}", True, exports + redacted_command_line(launch.argv))

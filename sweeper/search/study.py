@@ -22,7 +22,7 @@ from sweeper.spec.space import Space, space_fingerprint
 from sweeper.engines import get_engine
 from sweeper.engines import installed
 from sweeper.engines.versions import deprecation_warnings
-from sweeper.errors import InfraError, PortClash, UserError
+from sweeper.errors import InfraError, PortClash, UserError, import_optional
 from sweeper.hosts import Host, ServerProcess
 from sweeper.hosts.base import LaunchIntent
 from sweeper.hosts.gpu import MODEL_QUERY, GpuParseError, format_gpu_model
@@ -65,6 +65,8 @@ def open_storage(url: str, heartbeat_s: float = 30, grace_s: float = 600,
     """The study's RDB storage with heartbeats; `stale_callback` runs for each trial whose worker
     stopped beating (sweeper/fleet/workers.py retries it)."""
     engine_kwargs: dict[str, Any] = {}
+    if url.startswith("postgresql+psycopg:"):  # the driver of the `postgres` extra
+        import_optional("psycopg", "postgres", f"the storage {redact_url(url)}")
     if url.startswith("sqlite"):
         engine_kwargs = {"connect_args": {"timeout": 30}}
     elif url.startswith("postgresql"):

@@ -2,12 +2,17 @@
 tool: it answers only the queries sweeper runs, in exactly the real tool's formats,
 
   nvidia-smi --query-gpu=index,uuid,memory.used,memory.total --format=csv,noheader,nounits
+  nvidia-smi --query-gpu=index,uuid,name,driver_version,memory.used,memory.total --format=csv,noheader,nounits
   nvidia-smi --query-gpu=index,uuid,power.draw --format=csv,noheader,nounits
   nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits
 
+(any subset of those --query-gpu fields, in any order, as the real tool answers it)
+
 from the simulator's bookkeeping (gpumem.py: `$SWEEPER_SIM_GPU_STATE/<pid>.json`), listing only
 processes that are alive. Power is a made-up constant per GPU, not a model: an H200's idle
-reading (tests/fixtures/nvidia_smi/h200/power.idle.csv) with no server on the GPU, BUSY_W with one. `$SWEEPER_SIM_GPUS` GPUs (default 8) of 97887 MiB. Any other query
+reading (tests/fixtures/nvidia_smi/h200/power.idle.csv) with no server on the GPU, BUSY_W with one. `$SWEEPER_SIM_GPUS` GPUs (default 8) of 97887 MiB, named as the board the
+simulator models (GPU_NAME), with the driver of the captured H200 (tests/fixtures/vllm/nvidia_smi_idle.gpu.csv:
+the real tool's format of name and driver_version). Any other query
 exits 2, so nothing can mistake it for the real tool.
 """
 
@@ -20,7 +25,9 @@ from typing import Sequence
 
 from sweeper.sim.gpumem import GPUS_VAR, TOTAL_MIB, state_dir
 
-GPU_FIELDS = {"index", "uuid", "memory.used", "memory.total", "power.draw"}
+GPU_FIELDS = {"index", "uuid", "name", "driver_version", "memory.used", "memory.total", "power.draw"}
+GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+DRIVER_VERSION = "580.159.04"
 APP_FIELDS = {"gpu_uuid", "pid", "used_memory"}
 IDLE_MIB = 3
 IDLE_W, BUSY_W = 79.67, 412.5
@@ -67,7 +74,8 @@ def render(argv: Sequence[str], gpu_count: int, records: list[dict]) -> str | No
         for record in records:
             if record["gpu"] in used:
                 used[record["gpu"]] += int(record["used_mib"])
-        values = lambda i: {"index": str(i), "uuid": gpu_uuid(i), "memory.used": str(used[i]),  # noqa: E731
+        values = lambda i: {"index": str(i), "uuid": gpu_uuid(i), "name": GPU_NAME,  # noqa: E731
+                            "driver_version": DRIVER_VERSION, "memory.used": str(used[i]),
                             "memory.total": str(TOTAL_MIB),
                             "power.draw": f"{BUSY_W if used[i] > IDLE_MIB else IDLE_W:.2f}"}
         return "".join(", ".join(values(i)[f] for f in fields) + "\n" for i in range(gpu_count))

@@ -31,7 +31,7 @@ class HostSpec(Strict):
     keepalive_s: float = Field(15.0, ge=0)
     reconnect_timeout_s: float = Field(60.0, ge=0, description="give up reconnecting after a drop")
     # GPU gate (sweeper/hosts/gate.py): auto = on when the host has nvidia-smi
-    gpu_gate: Literal["auto", "on", "off"] = "auto"
+    gpu_gate: Literal["auto", "on", "off"] = "auto"  # unquoted on/off too (Strict: YAML 1.1 booleans)
     gpu_busy_mib: int = Field(1024, ge=0, description="a foreign process above this blocks a launch")
     gpu_release_timeout_s: float = Field(120.0, gt=0)
     # where the load client runs (sweeper/loadgen/onhost.py): auto = on the host when its python is >= 3.9
@@ -39,12 +39,6 @@ class HostSpec(Strict):
     # many hosts (sweeper/fleet/workers.py): disjoint GPU sets, each a slot with its own lease and worker,
     # e.g. ["0,1,2,3", "4,5,6,7"]; a config whose space `gpus` fits in one set runs in it
     gpu_sets: list[str] = []
-
-    @field_validator("gpu_gate", mode="before")
-    @classmethod
-    def _switch_words(cls, value):
-        # YAML 1.1 reads an unquoted on/off/yes/no as a bool; for a switch the meaning is plain
-        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
     @model_validator(mode="after")
     def _ssh_needs_address(self) -> "HostSpec":

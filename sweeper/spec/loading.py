@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from sweeper.errors import ConfigError
 from sweeper.spec.yamlfile import KeyPath, format_path, line_of, load_yaml_with_lines
@@ -13,6 +14,28 @@ from sweeper.spec.yamlfile import KeyPath, format_path, line_of, load_yaml_with_
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _switch_words(cls, data: Any) -> Any:
+        """YAML 1.1 reads an unquoted on/off/yes/no/true/false as a bool: for an enum key whose
+        words are on and off (a switch) the meaning is plain. Any other enum key refuses the bool
+        with a hint to quote (_message)."""
+        if not isinstance(data, dict):
+            return data
+        switches = {k: "on" if v else "off" for k, v in data.items() if isinstance(v, bool) and k in cls.model_fields
+                    and {"on", "off"} <= set(literal_words(cls.model_fields[k].annotation))}
+        return {**data, **switches} if switches else data
+
+
+def literal_words(annotation: Any) -> tuple[str, ...]:
+    """The words of a Literal of strings (also inside `Literal[...] | None`); () for any other type."""
+    if get_origin(annotation) is Literal:
+        args = get_args(annotation)
+        return args if all(isinstance(a, str) for a in args) else ()
+    if get_origin(annotation) in (Union, types.UnionType):
+        return tuple(w for part in get_args(annotation) for w in literal_words(part))
+    return ()
 
 
 def read_mapping(path: Path) -> tuple[Any, dict]:
@@ -47,6 +70,8 @@ def _message(error: dict) -> str:
         return "unknown key"
     if "input" in error and error["type"] not in ("missing",) and not isinstance(error["input"], dict):
         message += f" (got {error['input']!r})"
+    if error["type"] == "literal_error" and isinstance(error.get("input"), bool):
+        message += ": YAML reads an unquoted on/off/yes/no/true/false as a boolean; quote the word"
     return message
 
 

@@ -32,7 +32,7 @@ from sweeper.hosts.gpu import GpuSnapshot, gpus_needed
 from sweeper.loadgen.client import LoadgenError, complete, get_status
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.outcomes import FailureKind
-from sweeper.redact import redact_env
+from sweeper.redact import redact_argv, redact_env, redacted_command_line
 from sweeper.spec.rules import excluded_by_rule, violated_constraints
 from sweeper.spec.space import Launch, Space
 from sweeper.trial.context import Failure, TrialContext, TrialOutcome
@@ -226,15 +226,16 @@ def free_base_port(host: Host, base_port: int, ports_at: Callable[[int], Mapping
 
 
 def write_launch_files(trial_dir: Path, spec: LaunchSpec) -> None:
-    """The exact command as a runnable script and the environment (secrets redacted)."""
+    """The command as a runnable script, its argv and the environment, secrets redacted (the value
+    of a secret-looking variable or flag); the server itself is launched with `spec` untouched."""
     trial_dir.mkdir(parents=True, exist_ok=True)
     env = redact_env(spec.env)
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
     (trial_dir / "command.sh").write_text(
         "#!/usr/bin/env bash\n# written by sweeper; secrets are redacted\n"
-        + exports + "exec " + shlex.join(spec.argv) + "\n")
+        + exports + "exec " + redacted_command_line(spec.argv) + "\n")
     (trial_dir / "env.json").write_text(json.dumps(env, indent=2, sort_keys=True))
-    (trial_dir / "argv.json").write_text(json.dumps(list(spec.argv), indent=2))
+    (trial_dir / "argv.json").write_text(json.dumps(redact_argv(spec.argv), indent=2))
 
 
 def launch(host: Host, spec: LaunchSpec, trial_dir: Path,

@@ -53,7 +53,9 @@ def test_a_healthy_setup_passes_every_check(doctor, ssh_home):
     by_name = {c["name"]: c["detail"] for c in checks}
     assert by_name["engine"].startswith("sim ")
     assert "a hub id, not checked" in by_name["model"]
-    assert by_name["gpus"].count("97887 MiB") == 8
+    assert by_name["gpus"].count("97887 MiB") == 8 and "?" not in by_name["gpus"]
+    assert by_name["gpus"].startswith("0: NVIDIA RTX PRO 6000 Blackwell Server Edition (97887 MiB, 3 used, "
+                                      "driver 580.159.04); 1: ")
     assert f"--port {doctor.base_port} " in by_name["seed baseline"]
     assert "NCCL_PROTO=Simple " in by_name["seed baseline"]
 
@@ -162,3 +164,38 @@ def test_a_host_named_by_its_ssh_config_alias_behind_a_proxy_command(doctor, ssh
     result, checks = doctor(**{**from_config, "port": free_port()})  # hosts.yaml's port wins: nothing there
     assert problems(checks) == {"connection"}
     assert "ProxyCommand exited 1" in checks[0]["detail"] and "Connection refused" in checks[0]["detail"]
+
+
+def _failing_nvidia_smi(folder) -> str:
+    """An nvidia-smi that fails as the real one does on a host whose driver is not loaded (exit 9):
+    a PATH for the host entry that finds it first."""
+    bin_dir = folder / "broken-bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(
+        "#!/bin/sh\necho \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+        "Make sure that the latest NVIDIA driver is installed and running.\"\nexit 9\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    return str(bin_dir)
+
+
+@pytest.mark.parametrize("gate", ["auto", "on"])
+def test_a_failing_nvidia_smi_is_the_gpus_line_and_the_other_checks_still_run(doctor, sshd, ssh_home, tmp_path, gate):
+    env = {**sshd.host_env(), "PATH": f"{_failing_nvidia_smi(tmp_path)}:{sshd.host_env()['PATH']}"}
+    result, checks = doctor(env=env, gpu_gate=gate)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert problems(checks) == {"gpus"}
+    gpus = next(c for c in checks if c["name"] == "gpus")
+    assert "exited 9" in gpus["detail"] and "couldn't communicate with the NVIDIA driver" in gpus["detail"]
+    assert "gpu_gate: off" in gpus["fix"]
+    names = [c["name"] for c in checks]
+    assert names[names.index("gpus"):][:4] == ["gpus", "ports", "disk", "seed baseline"]
+
+
+def test_gpu_gate_on_without_nvidia_smi_is_a_problem_line(doctor, sshd, ssh_home):
+    env = {**sshd.host_env(), "PATH": "/usr/local/bin:/usr/bin:/bin"}  # the stand-in's folder left out
+    result, checks = doctor(env=env, gpu_gate="on")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert problems(checks) == {"gpus"}
+    assert "nvidia-smi is not on the host's PATH" in next(c["detail"] for c in checks if c["name"] == "gpus")
+    text = doctor.cli.run("doctor", "space.yaml", "--host", "box")
+    assert "problem  gpus: " in text.stdout and "ok       disk: " in text.stdout

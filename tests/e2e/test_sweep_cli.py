@@ -86,6 +86,11 @@ def test_existing_study_name_is_refused(cli):
     assert cli.run("sweep", "tiny.yaml", "--study", "s2", "--trials", "1").returncode == 0
     again = cli.run("sweep", "tiny.yaml", "--study", "s2")
     assert again.returncode == 2 and "already exists" in again.stderr and "sweeper resume s2" in again.stderr
+    # sweep reads $SWEEPER_STORAGE: under other results s2 is only found through it
+    cli.env["SWEEPER_STORAGE"] = f"sqlite:///{cli.workdir / 'results' / 's2' / 'study.db'}"
+    from_env = cli.run("sweep", "tiny.yaml", "--study", "s2", "--results", "elsewhere")
+    assert from_env.returncode == 2 and "study 's2' already exists" in from_env.stderr, from_env.stderr
+    assert not list((cli.workdir / "elsewhere").rglob("study.db"))
 
 
 def test_sim_best_reports_the_models_optimum(cli):

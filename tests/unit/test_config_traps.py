@@ -49,6 +49,25 @@ def test_an_unquoted_switch_word_means_what_it_says(tmp_path, word, meant):
     assert load_host(path, "box").gpu_gate == meant
 
 
+@pytest.mark.parametrize("key, text, got", [
+    ("check.mode", "check: {mode: off}\n", "'auto', 'reference-only' or 'none' (got False)"),
+    ("search.sampler", "search: {sampler: yes}\n", "(got True)"),
+    ("workload.arrival", "workload: {arrival: no}\n", "'poisson' or 'fixed' (got False)"),
+])
+def test_an_unquoted_yaml_boolean_for_any_other_enum_key_is_refused_with_a_hint_to_quote(key, text, got):
+    lines = str(space_error(SPACE + text)).splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"space.yaml:8: {key}: Input should be "), lines
+    assert lines[0].endswith(f"{got}: YAML reads an unquoted on/off/yes/no/true/false as a boolean; quote the word")
+
+
+def test_an_unquoted_yaml_boolean_for_a_host_enum_key_is_refused_too(tmp_path):
+    path = tmp_path / "hosts.yaml"
+    path.write_text("hosts:\n  box:\n    transport: local\n    load_from: on\n")
+    with pytest.raises(ConfigError, match=r"hosts.yaml:4: hosts.box.load_from: Input should be 'auto', 'controller' "
+                                          r"or 'host' \(got True\): YAML reads an unquoted"):
+        load_hosts(path)
+
+
 def test_ordering_a_categorical_that_mixes_words_and_numbers_is_refused_at_load():
     error = space_error(SPACE + "constraints:\n  - backend < 3\n")
     assert error.path == "constraints[0]" and error.line == 9
@@ -95,3 +114,16 @@ def test_a_missing_optional_package_names_the_extra_that_brings_it():
 
     with pytest.raises(UserError, match=r"a Parquet export needs the 'no_such_pkg' package: pip install 'sweeper\[parquet\]'"):
         import_optional("no_such_pkg", "parquet", "a Parquet export")
+
+
+def test_a_postgres_storage_without_psycopg_names_the_extra(monkeypatch):
+    import sys
+
+    from sweeper.errors import UserError
+    from sweeper.search.study import open_storage
+
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # the import fails as when it is not installed
+    with pytest.raises(UserError) as info:
+        open_storage("postgresql+psycopg://sweeper:hunter2@127.0.0.1:1/sweeper")
+    assert str(info.value) == ("the storage postgresql+psycopg://sweeper:***@127.0.0.1:1/sweeper needs the "
+                               "'psycopg' package: pip install 'sweeper[postgres]'")

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from sweeper.hosts.gpu import (
-    APPS_QUERY, GPU_QUERY, GpuHolder, GpuParseError, gpus_needed, holders_above, memory_not_released,
-    parse_compute_apps, parse_gpu_memory, parse_snapshot,
+    APPS_QUERY, GPU_QUERY, MODEL_QUERY, GpuHolder, GpuParseError, gpus_needed, holders_above, memory_not_released,
+    format_gpu_model, parse_compute_apps, parse_gpu_memory, parse_gpu_names, parse_snapshot,
 )
 from sweeper.sim.nvidia_smi import render
 
@@ -69,6 +69,17 @@ def test_the_stand_in_prints_the_real_formats():
     assert [len(f) > 0 for f in stand_in_line.split(", ")] == [len(f) > 0 for f in real_line.split(", ")]
     assert gpus[3].used_mib == 80003 and apps[0].pid == 4242 and apps[0].gpu_uuid == gpus[3].uuid
     assert render(["--query-gpu=name", "--format=csv"], 8, []) is None  # anything else is refused
+
+
+def test_the_stand_in_names_its_gpus_and_driver_as_the_real_tool_does():
+    """MODEL_QUERY (the doctor's inventory, the study's gpu_model): the real H200's answer's shape."""
+    real_line = (SAMPLES.parent / "vllm" / "nvidia_smi_idle.gpu.csv").read_text().splitlines()[0]
+    stand_in = render(list(MODEL_QUERY[1:]), 8, [{"pid": 4242, "gpu": 1, "used_mib": 80000}])
+    shape = lambda line: [f.replace(".", "").isdigit() for f in line.split(", ")]  # noqa: E731
+    assert len(stand_in.splitlines()) == 8 and shape(stand_in.splitlines()[0]) == shape(real_line)
+    assert parse_gpu_names(stand_in)[7] == ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "580.159.04")
+    assert stand_in.splitlines()[1].endswith(", 80003, 97887")
+    assert format_gpu_model(stand_in) == "8 x NVIDIA RTX PRO 6000 Blackwell Server Edition (97,887 MiB), driver 580.159.04"
 
 
 def test_real_h200_outputs_idle_busy_released():

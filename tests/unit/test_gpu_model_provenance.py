@@ -34,3 +34,19 @@ def test_probe_reads_the_host_and_gives_empty_where_there_is_no_gpu():
     assert probe_gpu_model(Answering(0, REAL)) == "1 x NVIDIA H200 (143,771 MiB), driver 580.159.04"
     assert probe_gpu_model(Answering(127, "")) == ""
     assert probe_gpu_model(Answering(0, "garbage line")) == ""
+
+
+def test_probe_reads_the_stand_in_through_a_real_local_host(tmp_path):
+    """The study's probe over the Host protocol, nvidia-smi a real process (the simulator's stand-in
+    on the host entry's PATH), as on the sshd test host."""
+    from sweeper.hosts import open_host
+    from sweeper.spec.hosts import HostSpec
+    from tests.support.sshd import install_stand_in
+
+    bin_dir, _ = install_stand_in(tmp_path)
+    host = open_host("local", HostSpec(transport="local", env={"PATH": f"{bin_dir}:/usr/bin:/bin"}))
+    try:
+        assert probe_gpu_model(host) == ("8 x NVIDIA RTX PRO 6000 Blackwell Server Edition (97,887 MiB), "
+                                         "driver 580.159.04")
+    finally:
+        host.close()
