@@ -22,34 +22,18 @@ from sweeper.spec.hosts import HostsFile
 from sweeper.spec.loading import validate_model
 from sweeper.spec.space import Space, parse_space
 from sweeper.spec.yamlfile import parse_yaml_with_lines
-from tests.support.paths import ROOT
+from tests.support.readme import block_commands, code_blocks, inline_commands, readme
 
-README = (ROOT / "README.md").read_text()
+README = readme()
 ROOT_COMMAND = typer.main.get_command(app)
 PLACEHOLDER_COMMAND = "COMMAND"  # `sweeper COMMAND --help`
 
 
 # ---------------------------------------------------------------- command lines
 
-def code_blocks(markdown: str) -> list[tuple[str, str]]:
-    """(language, body) of every fenced block."""
-    return re.findall(r"^```(\w*)\n(.*?)^```", markdown, flags=re.S | re.M)
-
-
 def command_lines(markdown: str) -> list[str]:
-    """Every `sweeper ...` command the text shows: lines of non-YAML code blocks (continuations
-    joined, comments cut) and inline code spans, each from `sweeper` on."""
-    found = []
-    for language, body in code_blocks(markdown):
-        if language == "yaml":
-            continue
-        for line in body.replace("\\\n", " ").splitlines():
-            line = " ".join(re.sub(r"\s#.*", "", line).split())
-            if line.startswith("sweeper "):
-                found.append(line)
-    prose = re.sub(r"^```.*?^```", "", markdown, flags=re.S | re.M)
-    found += [" ".join(span.split()) for span in re.findall(r"`(sweeper [^`]+)`", prose)]
-    return found
+    """Every `sweeper ...` command the text shows: in its code blocks (all but YAML), then inline."""
+    return block_commands(markdown, languages=("bash", "")) + inline_commands(markdown)
 
 
 def option_names(command) -> set[str]:
