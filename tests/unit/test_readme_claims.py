@@ -5,7 +5,9 @@
 - every ```yaml block is either a hosts file (a top-level `hosts:`), validated as hosts.yaml is, or
   a search space or a fragment of one (every top-level key a key of a space), validated as the
   smallest space (one parameter, every other key at its default) with the fragment's keys put in.
-  A block that is neither fails: the rule has no third kind.
+  A block that is neither fails: the rule has no third kind;
+- every key in the first column of the "Search space" and "Workload keys" tables is a key of a
+  space (its first part) and of `workload`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from sweeper.cli import app
 from sweeper.errors import ConfigError
 from sweeper.spec.hosts import HostsFile
 from sweeper.spec.loading import validate_model
-from sweeper.spec.space import Space, parse_space
+from sweeper.spec.space import Space, Workload, parse_space
 from sweeper.spec.yamlfile import parse_yaml_with_lines
 from tests.support.readme import block_commands, code_blocks, inline_commands, readme
 
@@ -165,3 +167,23 @@ def test_every_readme_yaml_block_loads(block):
 ])
 def test_a_wrong_yaml_block_is_caught(block, problem):
     assert problem in (yaml_problem(block) or ""), yaml_problem(block)
+
+
+# ---------------------------------------------------------------- key tables
+
+def table_keys(heading: str) -> list[str]:
+    """The backticked names in the first column of the table under `heading` (up to the next heading)."""
+    start = README.index(f"\n{heading}\n")
+    end = README.index("\n#", start + 1)
+    rows = [line for line in README[start:end].splitlines() if line.startswith("| `")]
+    return [name for row in rows for name in re.findall(r"`([^`]+)`", row.split("|")[1])]
+
+
+def test_every_key_of_the_search_space_table_is_a_key_of_a_space():
+    keys = table_keys("### Search space (`search_spaces/*.yaml`)")
+    assert len(keys) > 15 and {key.split(".")[0] for key in keys} <= SPACE_KEYS, set(keys)
+
+
+def test_every_key_of_the_workload_table_is_a_workload_key():
+    keys = table_keys("### Workload keys")
+    assert len(keys) > 20 and set(keys) <= set(Workload.model_fields), set(keys) - set(Workload.model_fields)
