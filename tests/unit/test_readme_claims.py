@@ -1,7 +1,8 @@
 """The README against the code, so the two cannot drift apart:
 
 - every `sweeper ...` command line it shows (in a code block, or inline in backticks) names a real
-  command of the Typer app (its click command, typer.main.get_command) and only options that command (or the global options before it) has;
+  command of the Typer app (its click command, typer.main.get_command) and only options that
+  command (or the global options before it) has;
 - every ```yaml block is either a hosts file (a top-level `hosts:`), validated as hosts.yaml is, or
   a search space or a fragment of one (every top-level key a key of a space), validated as the
   smallest space (one parameter, every other key at its default) with the fragment's keys put in.
