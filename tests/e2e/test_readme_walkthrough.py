@@ -2,7 +2,10 @@
 simulator: SPACE is the demo space (with a smaller budget, so the test is minutes, not an hour) and
 HOST the local host, as the walkthrough says to rehearse it. A command the README names that does
 not exist, an option it misspells, or a step that fails on the study the earlier steps made fails
-here."""
+here. The commands its prose names beside the blocks (`sweeper sweep ... --time-budget 8h`, the
+search alone; `sweeper resume dsv4`) run too: the search in a folder of its own (it would create
+the same study), the resume on the finished campaign (it continues at the stored phase: nothing is
+launched again)."""
 
 from __future__ import annotations
 
@@ -16,21 +19,28 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.paths import DEMO_SPACE, ROOT
+from tests.support.paths import DEMO_SPACE
+from tests.support.readme import block_commands, code_blocks, inline_commands, readme, section
 
 pytestmark = pytest.mark.slow
 
 
-def walkthrough_commands(readme: str) -> list[str]:
-    """The `sweeper ...` lines of the bash blocks between "## Tune your GPU box" and the next
-    top-level heading, in order."""
-    start = readme.index("## Tune your GPU box")
-    end = readme.index("\n# ", start)
-    blocks = re.findall(r"```bash\n(.*?)```", readme[start:end], flags=re.S)
-    lines = [line.strip() for block in blocks for line in block.splitlines()]
-    exports = [line for line in lines if line.startswith("export ")]
+WALKTHROUGH = "## Tune your GPU box"
+
+
+def walkthrough_commands(text: str) -> list[str]:
+    """The `sweeper ...` lines of the walkthrough's bash blocks, in order."""
+    part = section(text, WALKTHROUGH)
+    exports = [line.strip() for _, body in code_blocks(part) for line in body.splitlines()
+               if line.strip().startswith("export ")]
     assert all(set(re.findall(r"(\w+)=", line)) <= {"SPACE", "HOST"} for line in exports), exports
-    return [line for line in lines if line.startswith("sweeper ")]
+    return block_commands(part, languages=("bash",))
+
+
+def prose_commands(text: str) -> list[str]:
+    """The `sweeper ...` commands the walkthrough's prose names that its bash blocks do not run."""
+    blocks = walkthrough_commands(text)
+    return [command for command in inline_commands(section(text, WALKTHROUGH)) if command not in blocks]
 
 
 def small_demo_space(text: str, trials: int) -> str:
@@ -40,17 +50,20 @@ def small_demo_space(text: str, trials: int) -> str:
 
 
 def test_the_walkthrough_names_each_step():
-    commands = walkthrough_commands((ROOT / "README.md").read_text())
+    commands = walkthrough_commands(readme())
     verbs = [command.split()[1] for command in commands]
     assert verbs == ["doctor", "campaign", "show", "validate", "best", "best", "report", "profile"], verbs
+    # a new command in the prose must be given its place in the run below
+    assert [command.split()[1] for command in prose_commands(readme())] == ["sweep", "resume"]
 
 
+@pytest.mark.timeout(900)  # about 5 minutes on a busy 2-core machine, near the default 300 s
 def test_every_walkthrough_command_runs_on_the_simulator(cli):
     (cli.workdir / "space.yaml").write_text(small_demo_space(DEMO_SPACE.read_text(), trials=6))
     # `sweeper` as installed: the entry point beside this interpreter (PYTHONPATH keeps the checkout's code)
     env = {**cli.env, "SPACE": "space.yaml", "HOST": "local",
            "PATH": f"{Path(sys.executable).parent}:{cli.env['PATH']}"}
-    for command in walkthrough_commands((ROOT / "README.md").read_text()):
+    for command in walkthrough_commands(readme()):
         if "--watch" in command:
             watch = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=cli.workdir, env=env, text=True,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
@@ -67,3 +80,18 @@ def test_every_walkthrough_command_runs_on_the_simulator(cli):
     script = cli.workdir / "serve-winner.sh"
     assert script.read_text().startswith("#!/usr/bin/env bash") and "exec " in script.read_text()
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+
+    search_alone, resume = prose_commands(readme())
+    launched = sorted((study / "trials").iterdir())
+    result = subprocess.run(["bash", "-c", resume], cwd=cli.workdir, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0 and "campaign dsv4: done" in result.stdout, (resume, result.stdout, result.stderr)
+    assert sorted((study / "trials").iterdir()) == launched, "a resumed finished campaign launched again"
+
+    alone = cli.workdir / "search-alone"  # no hosts.yaml there: the built-in local host
+    alone.mkdir()
+    (alone / "space.yaml").write_text(small_demo_space(DEMO_SPACE.read_text(), trials=1))
+    result = subprocess.run(["bash", "-c", search_alone], cwd=alone, env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, (search_alone, result.stdout[-3000:], result.stderr[-3000:])
+    assert (alone / "results" / "dsv4" / "study.db").is_file()
