@@ -118,13 +118,14 @@ def _jsonl_record(path: Path, number: int, item: Any) -> PromptRecord:
     raise DatasetError(f"{where}: expected \"prompt\": \"...\" or \"messages\": [{{\"role\": ..., \"content\": ...}}]")
 
 
-def sample_records(records: Sequence[PromptRecord], n: int, seed: int) -> list[PromptRecord]:
-    """n records in a seeded order: a shuffle of the dataset, repeated as often as n needs."""
+def sample_records(records: Sequence[PromptRecord], n: int, seed: int, start: int = 0) -> list[PromptRecord]:
+    """n records in a seeded order, from position `start` of it: shuffles of the dataset one
+    after another (a record comes again only after every other one has come)."""
     order: list[int] = []
     rng = np.random.Generator(np.random.PCG64(seed))
-    while len(order) < n:
+    while len(order) < start + n:
         order += rng.permutation(len(records)).tolist()
-    return [records[i] for i in order[:n]]
+    return [records[i] for i in order[start:start + n]]
 
 
 @dataclass(frozen=True)
