@@ -136,6 +136,27 @@ def test_shared_prefixes_hit_the_simulators_cache_and_the_hit_rate_is_read_from_
         assert [m["prefix_cache_hit_rate"] for m in off] == [0.0, 0.0]
 
 
+def test_dataset_format_given_on_the_command_line(serve, tmp_path):
+    """--dataset-format sharegpt reads a ShareGPT file; jsonl given for it: one line naming the
+    file and its first line, nothing sent."""
+    server = serve(token_delay_s=0.002)
+    path = tmp_path / "share.data"
+    path.write_text(json.dumps(SHAREGPT, ensure_ascii=False))
+    out = tmp_path / "levels.json"
+    result = CliRunner().invoke(app, ["load", server.base_url, "--concurrency", "1", "--api", "chat", "--model", MODEL,
+                                      "--dataset", str(path), "--dataset-format", "sharegpt", "--json", str(out)])
+    assert result.exit_code in (0, 3), result.output
+    assert {b["messages"][0]["content"] for b in server.state.payloads} <= {c["conversations"][0]["value"]
+                                                                           for c in SHAREGPT}
+    sent = len(server.state.payloads)
+    result = CliRunner().invoke(app, ["load", server.base_url, "--model", MODEL, "--dataset", str(path),
+                                      "--dataset-format", "jsonl"])
+    assert result.exit_code == 2
+    [line] = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert f"{path}:1: expected an object" in line and "the content looks like sharegpt" in line
+    assert len(server.state.payloads) == sent
+
+
 def test_a_malformed_dataset_is_one_line_and_nothing_is_sent(serve, tmp_path):
     server = serve()
     path = tmp_path / "bad.jsonl"

@@ -125,6 +125,21 @@ def test_a_malformed_dataset_is_one_line_naming_file_and_record_when_the_space_l
     assert message.startswith(f"{tmp_path / 'space.yaml'}:7: workload.dataset: ")
 
 
+def test_workload_dataset_format_is_read_and_a_wrong_one_is_one_line(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "prompts.jsonl").write_text('{"prompt": "hello", "output_len": 4}\n')
+    (tmp_path / "space.yaml").write_text(SPACE.replace("  dataset: data/prompts.jsonl\n",
+                                                       "  dataset: data/prompts.jsonl\n  dataset_format: jsonl\n"))
+    assert load_space(tmp_path / "space.yaml").workload.dataset_format == "jsonl"
+    (tmp_path / "space.yaml").write_text(SPACE.replace("  dataset: data/prompts.jsonl\n",
+                                                       "  dataset: data/prompts.jsonl\n  dataset_format: sharegpt\n"))
+    with pytest.raises(ConfigError) as caught:
+        load_space(tmp_path / "space.yaml")
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(f"{tmp_path / 'space.yaml'}:7: workload.dataset: ")
+    assert "prompts.jsonl: a ShareGPT file is a JSON array" in message and "looks like jsonl" in message
+
+
 def test_a_missing_dataset_is_refused_when_the_space_loads(tmp_path):
     (tmp_path / "space.yaml").write_text(SPACE)
     with pytest.raises(ConfigError, match="prompts.jsonl: dataset file not found"):
