@@ -113,6 +113,11 @@ class LevelMetrics(TypedDict, total=False):
     coarse_stream: bool
     chunk_tokens_estimated: int
     stream_notes: list[str]
+    # run_ladder adds: how prompts went ("text" or "token ids"), requests beyond the dataset's
+    # size (None without one), and lines said once about the level (a reused dataset, a refused flush)
+    prompts_sent_as: str
+    dataset_records_reused: int | None
+    level_notes: list[str]
     errors: list[str]
     valid: bool
     invalid_reasons: list[str]

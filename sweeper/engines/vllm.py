@@ -70,7 +70,8 @@ VLLM_INFO = EngineInfo(
     # (vllm/entrypoints/serve/cache/api_router.py); else 404, recorded as cache_flushed: false.
     # Counters (tokens): vllm:prefix_cache_hits_total, vllm:prefix_cache_queries_total
     prefix_cache=PrefixCacheApi(flush_path="/reset_prefix_cache", hits_counter="vllm:prefix_cache_hits",
-                                queries_counter="vllm:prefix_cache_queries"),
+                                queries_counter="vllm:prefix_cache_queries",
+                                flush_needs="VLLM_SERVER_DEV_MODE=1 in the server's environment (the space's fixed_env)"),
     tokenize=TokenizeApi("/tokenize", "prompt", sends_model=True),  # -> {"count", "tokens", "max_model_len"}
     parallel_flags=(("--tensor-parallel-size", "-tp"), ("--data-parallel-size", "-dp"),
                     ("--pipeline-parallel-size", "-pp")),

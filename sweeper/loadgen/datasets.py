@@ -45,14 +45,21 @@ def guess_format(path: Path) -> str:
 def load_dataset(path: Path, fmt: str | None = None,
                  count_tokens: Callable[[str], int] | None = None) -> list[PromptRecord]:
     """Every usable record of a dataset file. `count_tokens` measures a ShareGPT reply (its length
-    is the output length asked for); without it, words are counted (about one token each)."""
+    is the output length asked for); without it, words are counted (about one token each).
+    Errors name the record: a JSONL file's line (`file:LINE:`), a ShareGPT array's record counted
+    from 1; a format given that the content does not look like is said beside the error."""
     if not path.is_file():
         raise DatasetError(f"{path}: dataset file not found")
-    fmt = fmt or guess_format(path)
+    given, fmt = fmt, fmt or guess_format(path)
     if fmt not in FORMATS:
         raise DatasetError(f"{path}: unknown dataset format {fmt!r} (expected {' or '.join(FORMATS)})")
     counter = count_tokens or (lambda text: len(text.split()))
-    records = _load_sharegpt(path, counter) if fmt == "sharegpt" else _load_jsonl(path)
+    try:
+        records = _load_sharegpt(path, counter) if fmt == "sharegpt" else _load_jsonl(path)
+    except DatasetError as exc:
+        if given and (guess := guess_format(path)) != given:
+            raise DatasetError(f"{exc} (read as {given}, the format given; the content looks like {guess})") from None
+        raise
     if not records:
         raise DatasetError(f"{path}: no usable record")
     return records
@@ -69,7 +76,7 @@ def _load_sharegpt(path: Path, count_tokens: Callable[[str], int]) -> list[Promp
     for index, item in enumerate(data):
         turns = item.get("conversations") if isinstance(item, dict) else None
         if not isinstance(turns, list):
-            raise DatasetError(f"{path}: record {index}: expected {{\"conversations\": [...]}}")
+            raise DatasetError(f"{path}: record {index + 1} of the array (from 1): expected {{\"conversations\": [...]}}")
         if record := _first_exchange(path, index, turns, count_tokens):
             records.append(record)
     return records
@@ -80,7 +87,8 @@ def _first_exchange(path: Path, index: int, turns: list, count_tokens) -> Prompt
     (ShareGPT has many: they are skipped, as bench_serving does)."""
     for position, turn in enumerate(turns):
         if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
-            raise DatasetError(f"{path}: record {index}: turn {position}: expected {{\"from\": ..., \"value\": \"...\"}}")
+            raise DatasetError(f"{path}: record {index + 1} of the array (from 1): turn {position + 1}: "
+                               "expected {\"from\": ..., \"value\": \"...\"}")
     for position, turn in enumerate(turns[:-1]):
         reply = turns[position + 1]
         if turn.get("from") in HUMAN_ROLES and reply.get("from") in ASSISTANT_ROLES and turn["value"].strip():
@@ -118,13 +126,14 @@ def _jsonl_record(path: Path, number: int, item: Any) -> PromptRecord:
     raise DatasetError(f"{where}: expected \"prompt\": \"...\" or \"messages\": [{{\"role\": ..., \"content\": ...}}]")
 
 
-def sample_records(records: Sequence[PromptRecord], n: int, seed: int) -> list[PromptRecord]:
-    """n records in a seeded order: a shuffle of the dataset, repeated as often as n needs."""
+def sample_records(records: Sequence[PromptRecord], n: int, seed: int, start: int = 0) -> list[PromptRecord]:
+    """n records in a seeded order, from position `start` of it: shuffles of the dataset one
+    after another (a record comes again only after every other one has come)."""
     order: list[int] = []
     rng = np.random.Generator(np.random.PCG64(seed))
-    while len(order) < n:
+    while len(order) < start + n:
         order += rng.permutation(len(records)).tolist()
-    return [records[i] for i in order[:n]]
+    return [records[i] for i in order[start:start + n]]
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import math
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
@@ -25,13 +26,15 @@ from sweeper.loadgen.metrics import (MAX_CLIENT_LAG_P99_MS, achieved_arrival_rat
 from sweeper.loadgen.onhost import controller_runner
 from sweeper.loadgen.pinning import client_apart
 from sweeper.loadgen.precision import PrecisionStop, estimate_of_run
-from sweeper.loadgen.probe import LevelProbe, cache_fields, token_count_fields
+from sweeper.loadgen.probe import LevelProbe, cache_fields, flush_refused_note, token_count_fields
 from sweeper.loadgen.vocab import DEFAULT_VOCAB_SIZE
 from sweeper.loadgen.workload import (arrival_offsets_s, build_prompt_texts, build_prompt_token_ids,
                                       build_shared_prefixes, pick_groups)
 from sweeper.levels import Level, Rate, level_seed
 from sweeper.outcomes import LevelMetrics
 from sweeper.spec.space import DEFAULT_MAX_SECONDS, LengthSpec, Workload
+
+log = logging.getLogger(__name__)
 
 HARNESS_RETRIES = 2  # measurements again of a run the client's own lag or turnaround spoiled (then it counts)
 
@@ -46,6 +49,7 @@ RECORD_KEYS = (
     "concurrency", "client_lag_p99_ms", "repeats", "cv_output_throughput", "unstable",
     "tokens_per_chunk", "coarse_stream", "achieved_request_rate",
     "prompt_tokens_counted", "mean_prompt_tokens_counted", "prompt_tokens_counted_by",
+    "prompts_sent_as", "dataset_records_reused", "level_notes",
     "cache_flushed", "prefix_cache_hit_rate", "prefix_cache_hit_tokens", "prefix_cache_query_tokens",
     "output_throughput_ci_low", "output_throughput_ci_high", "batches", "precision_reached", "warmup_dropped_s",
     "steady_requests",
@@ -134,6 +138,14 @@ class LoadPlan:
         return [offset * self.time_scale for offset in offsets]
 
     @property
+    def sends_text(self) -> bool:
+        """Text prompts: for chat, a server that takes only text, with a tokenizer (exact lengths
+        then), from a dataset, or of drawn lengths (synthetic text: common words of about one token
+        each, as the chat path sends); else token ids of exactly input_len."""
+        return self.options.api == "chat" or self.text_prompts or self.tokenizer is not None \
+            or bool(self.records) or self.input_dist is not None
+
+    @property
     def custom_prompts(self) -> bool:
         """Prompts beyond one fixed length of random ids or words (per-request dicts)."""
         return bool(self.records) or self.input_dist is not None or self.output_dist is not None \
@@ -162,6 +174,31 @@ class LoadPlan:
         if max_seconds is None and self.max_requests is None:
             max_seconds = DEFAULT_MAX_SECONDS
         return PrecisionStop(self.precision, concurrency, max_seconds, self.max_requests, self.time_scale)
+
+
+@dataclass
+class RecordDraw:
+    """Where a level's runs take their dataset records: one seeded order of the dataset for the
+    level, read on from run to run (warm-up, measured runs, repeats, retries), so no record
+    comes twice within a level until the level has sent every one."""
+
+    seed: int
+    used: int = 0
+
+    def take(self, n: int) -> tuple[int, int]:
+        """(order seed, position) of the next n records (build_prompts' records_at)."""
+        at, self.used = (self.seed, self.used), self.used + n
+        return at
+
+
+def records_reused(plan: LoadPlan, draw: RecordDraw) -> int | None:
+    """Requests of a level beyond the dataset's size (each repeated a record); None without one."""
+    return max(0, draw.used - len(plan.records)) if plan.records else None
+
+
+def reuse_note(records: int, sent: int) -> str:
+    return (f"the dataset has {records} records and this level sent {sent} requests (warm-up included): "
+            f"{sent - records} repeated a record, so prefix-cache hits may be inflated")
 
 
 @dataclass(frozen=True)
@@ -215,6 +252,7 @@ def run_ladder(plan: LoadPlan, send: Send, hooks: LadderHooks = LadderHooks()
     are told the level."""
     levels: dict[Level, LevelMetrics] = {}
     probe = plan.probe
+    flush_told = False
     for level in plan.levels:
         at, concurrency = plan.at_level(level)
         # each level starts with an empty prefix cache: no level is helped by the one before it
@@ -222,21 +260,31 @@ def run_ladder(plan: LoadPlan, send: Send, hooks: LadderHooks = LadderHooks()
         # a precise run finds and drops its own warm-up (MSER-5): no warm-up run; a rate level
         # warms up on warmup_rounds seconds of its arrivals, whatever its cap
         warm_at = 0 if isinstance(level, Rate) else concurrency
-        warmup = [] if at.precise else build_prompts(at, at.warmup_requests(warm_at),
-                                                     at.seed + 10_000 + level_seed(level))
+        draw = RecordDraw(at.seed + level_seed(level))
+        n_warm = 0 if at.precise else at.warmup_requests(warm_at)
+        warmup = build_prompts(at, n_warm, at.seed + 10_000 + level_seed(level), draw.take(n_warm)) if n_warm else []
         if warmup and (stop := hooks.warmup_done(level, send(warmup, concurrency, None,
                                                              offsets=at.arrival_offsets(len(warmup))))):
             return levels, stop.verdict
         summaries, stop = [], None
         counters = probe.cache_counters() if probe is not None else None
         for repeat in range(at.repeats):
-            summary, stop = measured_run(at, send, hooks, level, repeat, concurrency)
+            summary, stop = measured_run(at, send, hooks, level, repeat, concurrency, draw)
             if stop and not stop.keep_level:
                 return levels, stop.verdict
             summaries.append(summary)
             if stop:
                 break
         metrics = combine_repeats(summaries)
+        reused = records_reused(at, draw)
+        notes = [reuse_note(len(at.records), draw.used)] if reused else []
+        if flushed is False and not flush_told:  # said once: every level of this server is refused alike
+            notes.append(flush_refused_note(probe.cache))
+            flush_told = True
+        for note in notes:
+            log.warning(note)
+        metrics.update(prompts_sent_as="text" if at.sends_text else "token ids", dataset_records_reused=reused,
+                       level_notes=notes)
         if probe is not None:
             metrics.update(cache_flushed=flushed, **cache_fields(probe.cache, counters, probe.cache_counters()))
         metrics.update(hooks.level_fields(level, metrics))
@@ -247,20 +295,22 @@ def run_ladder(plan: LoadPlan, send: Send, hooks: LadderHooks = LadderHooks()
 
 
 def measured_run(plan: LoadPlan, send: Send, hooks: LadderHooks, level: Level, repeat: int,
-                 concurrency: int | None = None) -> tuple[LevelMetrics | None, Stop | None]:
+                 concurrency: int | None = None, draw: RecordDraw | None = None
+                 ) -> tuple[LevelMetrics | None, Stop | None]:
     """One measured run's metrics (and the hook's stop, if any). A run spoiled by the harness
     alone (the client's lag or turnaround, metrics.spoiled_by_client) is an infrastructure fault:
     measured again with fresh prompts and the client on a core apart from the server where the
     host allows (pinning.py), up to HARNESS_RETRIES times (`harness_retries` says how often; after
     that it counts as measured, and the reasons stay on the level). `concurrency`: what the
-    level sends at (default the level itself; a rate level's cap)."""
+    level sends at (default the level itself; a rate level's cap). draw: where the level's dataset
+    records come from (default a fresh order per run)."""
     concurrency = level if concurrency is None else concurrency
     pinned = ""
     for attempt in range(HARNESS_RETRIES + 1):
         seed = plan.seed + level_seed(level) + 100_000 * repeat + 1_000_000 * attempt
         with client_apart(hooks.server_pgid()) if attempt else nullcontext("") as pinned:
             until = plan.stop_rule(concurrency) if plan.precise else None
-            prompts = _run_prompts(plan, concurrency, seed)
+            prompts = _run_prompts(plan, concurrency, seed, draw)
             # a precise run's prompts are a stream made as it goes: not counted ahead
             counted = plan.probe.count_prompt_tokens(prompts) if plan.probe is not None and not plan.precise else None
             offsets = plan.arrival_offsets(len(prompts)) if plan.request_rate is not None else None
@@ -279,13 +329,16 @@ def measured_run(plan: LoadPlan, send: Send, hooks: LadderHooks, level: Level, r
     return summary, stop
 
 
-def _run_prompts(plan: LoadPlan, concurrency: int, seed: int):
+def _run_prompts(plan: LoadPlan, concurrency: int, seed: int, draw: RecordDraw | None = None):
     """A fixed run's prompts, or a precise run's: fresh ones made a few rounds at a time (each
-    batch its own seed), as many as max_requests or endless."""
+    batch its own seed), as many as max_requests or endless. Dataset records from `draw`."""
+    def made(n: int, seed: int) -> list[Prompt]:
+        return build_prompts(plan, n, seed, draw.take(n) if draw is not None else None)
+
     if not plan.precise:
-        return build_prompts(plan, plan.requests_at(concurrency), seed)
+        return made(plan.requests_at(concurrency), seed)
     chunk = 4 * concurrency
-    stream = itertools.chain.from_iterable(build_prompts(plan, chunk, seed + 7919 * i) for i in itertools.count())
+    stream = itertools.chain.from_iterable(made(chunk, seed + 7919 * i) for i in itertools.count())
     return stream if plan.max_requests is None else itertools.islice(stream, plan.max_requests)
 
 
@@ -367,15 +420,15 @@ def parse_api(text: str) -> Api:
     return text  # type: ignore[return-value]
 
 
-def build_prompts(plan: LoadPlan, n: int, seed: int) -> list[Prompt]:
-    """Token ids where the server takes them (exact input length); text for chat, for a server
-    that takes only text, with a tokenizer (exact length then too), or from a dataset. With
-    custom prompts (a dataset, drawn lengths, shared prefixes) each is a dict with its own
-    max_tokens (endpoints.Prompt). Seeded: the same plan, n and seed give the same prompts."""
-    as_text = plan.options.api == "chat" or plan.text_prompts or plan.tokenizer is not None or bool(plan.records)
+def build_prompts(plan: LoadPlan, n: int, seed: int, records_at: tuple[int, int] | None = None) -> list[Prompt]:
+    """Token ids or text (LoadPlan.sends_text). With custom prompts (a dataset, drawn lengths,
+    shared prefixes) each is a dict with its own max_tokens (endpoints.Prompt). Seeded: the same
+    plan, n and seed give the same prompts. records_at: (order seed, position) of the dataset's
+    records to take (RecordDraw); default the seed's order from its start."""
+    as_text = plan.sends_text
     lengths = draw_lengths(plan.input_dist, n, seed + 1) if plan.input_dist else plan.input_len
     if plan.records:
-        picked = sample_records(plan.records, n, seed)
+        picked = sample_records(plan.records, n, *(records_at or (seed, 0)))
         bodies: list = [list(r.messages) if r.messages else r.text for r in picked]
         own_lens: list[int | None] = [r.output_len for r in picked]
     else:

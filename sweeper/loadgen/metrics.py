@@ -8,8 +8,8 @@ dropped connection, timeout, stall); the server sent no usage report (stream_opt
 so the streamed count cannot be checked; the server's usage count disagrees with the tokens that
 streamed in; a request received fewer tokens than requested; the achieved concurrency is below
 MIN_CONCURRENCY_FRACTION of the target (closed loop only; named `client turnaround` when the
-client's own gaps between a request's end and its next send account for the shortfall); or the
-client's own event loop lagged (p99 oversleep of its ticker above MAX_CLIENT_LAG_P99_MS: the
+client's own gaps between a request's end and its next send account for the shortfall); the
+measured run's first round met a one-time stall (first_round_stall); or the client's own event loop lagged (p99 oversleep of its ticker above MAX_CLIENT_LAG_P99_MS: the
 client, not the server, was then adding latency). The two client reasons are the harness's
 faults (spoiled_by_client): the level is measured again, never the config's failure. Repeats of a level (combine_repeats) are flagged `unstable`, not invalid, when
 the coefficient of variation of their output throughput exceeds UNSTABLE_CV.
@@ -45,8 +45,9 @@ CLIENT_LAGGED = "client lagged"
 CLIENT_TURNAROUND = "client turnaround"
 HARNESS_FAULTS = (CLIENT_LAGGED, CLIENT_TURNAROUND)
 # A measured run whose first round waited this many times longer for its first token than the
-# rounds after it (and at least STALL_MIN_S longer) met a one-time stall: a compile or first
-# allocation the warm-up did not reach (vLLM 0.24 on the H200: 760 ms against 72-118 ms at C=64)
+# rounds after it (and at least STALL_MIN_S longer), also per prompt token it prefilled alongside,
+# met a one-time stall: a compile or first allocation the warm-up did not reach (vLLM 0.24 on the
+# H200: 760 ms against 72-118 ms at C=64).
 STALL_FACTOR = 3.0
 STALL_MIN_S = 0.25
 COARSE_TOKENS_PER_CHUNK = 1.5
@@ -127,12 +128,14 @@ def invalid_reasons(
     max_client_lag_ms: float = MAX_CLIENT_LAG_P99_MS,
     turnaround_concurrency: float = 0.0,
     first_round_check: bool = True,
+    time_scale: float = 1.0,
 ) -> list[str]:
     """Why a level's numbers cannot be trusted; empty when they can. concurrency=None (open
     loop) skips the concurrency check. turnaround_concurrency: the requests the client's own
     turnaround kept from being in flight (summed gaps over the run's time); when they account for
     a shortfall of achieved concurrency, the reason names the client. first_round_check=False:
-    the run's warm-up is cut off later (a precision-driven level), no first-round stall test."""
+    the run's warm-up is cut off later (a precision-driven level), no first-round stall test.
+    time_scale: the simulator's wall seconds per modelled second (the stall is judged modelled)."""
     if not samples:
         return ["no requests were sent"]
     completed = [s for s in samples if s.ok]
@@ -173,7 +176,7 @@ def invalid_reasons(
             + (f" (the client's own gaps between a request's end and its next send held "
                f"{turnaround_concurrency:.2f} requests out of flight)" if client else "")
         )
-    if first_round_check and concurrency is not None and (stall := first_round_stall(completed, concurrency)):
+    if first_round_check and concurrency is not None and (stall := first_round_stall(completed, concurrency, time_scale)):
         reasons.append(stall)
     if lag is not None and lag.p99_ms > max_client_lag_ms:
         reasons.append(
@@ -189,17 +192,41 @@ def spoiled_by_client(metrics: dict) -> bool:
     return bool(reasons) and all(r.startswith(HARNESS_FAULTS) for r in reasons)
 
 
-def first_round_stall(completed: Sequence[RequestSample], concurrency: int) -> str | None:
-    """Why the first round's TTFT shows a one-time stall, or None (needs a round after it)."""
+def first_round_stall(completed: Sequence[RequestSample], concurrency: int, time_scale: float = 1.0) -> str | None:
+    """Why the first round's TTFT shows a one-time stall, or None (needs a round after it).
+
+    A closed loop sends its first C requests together, so their prefills queue behind each
+    other, while later sends follow their own request's end: staggered, once lengths vary (a
+    dataset, drawn lengths, a prefix the cache has not seen). So the first round must also have
+    waited STALL_FACTOR times longer per prompt token in prefill alongside it (prefill_contention)
+    than the rounds after it: a real stall delays the engine whatever its queue; a first round
+    of long prompts sent together waits in proportion to them. With one length for all, later
+    rounds are sent together too and both tests agree. Times in modelled seconds (wall / time_scale)."""
     ordered = sorted((s for s in completed if math.isfinite(s.ttft)), key=lambda s: s.start)
     if len(ordered) < 2 * concurrency:
         return None
-    first = float(np.median([s.ttft for s in ordered[:concurrency]]))
-    rest = float(np.median([s.ttft for s in ordered[concurrency:]]))
-    if first > STALL_FACTOR * rest and first - rest > STALL_MIN_S:
-        return (f"the first round waited {first * 1000:.0f} ms for its first token against {rest * 1000:.0f} ms "
-                "after it: a one-time stall (a compile, a first allocation) inside the measured run")
-    return None
+    ttfts = np.array([s.ttft for s in ordered]) / time_scale
+    first, rest = float(np.median(ttfts[:concurrency])), float(np.median(ttfts[concurrency:]))
+    if not (first > STALL_FACTOR * rest and first - rest > STALL_MIN_S):
+        return None
+    per_token = ttfts / prefill_contention(ordered)
+    first_pt, rest_pt = float(np.median(per_token[:concurrency])), float(np.median(per_token[concurrency:]))
+    if not first_pt > STALL_FACTOR * rest_pt:
+        return None
+    return (f"the first round waited {first * 1000:.0f} ms for its first token against {rest * 1000:.0f} ms "
+            f"after it ({first_pt * 1e6:.0f} against {rest_pt * 1e6:.0f} us per prompt token in prefill "
+            "alongside it): a one-time stall (a compile, a first allocation) inside the measured run")
+
+
+def prefill_contention(samples: Sequence[RequestSample]) -> np.ndarray:
+    """Per sample, the prompt tokens waiting for a first token while it did (its own included):
+    the summed prompt_tokens (at least 1 each) of every sample whose wait, send to first token,
+    overlaps its own."""
+    starts = np.array([s.start for s in samples])
+    firsts = starts + np.array([s.ttft for s in samples])
+    tokens = np.array([max(s.prompt_tokens, 1) for s in samples], dtype=float)
+    overlaps = (starts[None, :] <= firsts[:, None]) & (firsts[None, :] >= starts[:, None])
+    return overlaps @ tokens
 
 
 def _expected_output_len(sample: RequestSample, requested_output_len: int | None) -> int:
@@ -255,7 +282,7 @@ def summarize_level(
     judged = concurrency_while_sending(samples) if varied_lengths else achieved
     turnaround = achieved_concurrency([t / time_scale for t in turnarounds_s or []], dur)
     reasons = invalid_reasons(samples, concurrency, judged, requested_output_len, lag, max_client_lag_ms,
-                              turnaround if math.isfinite(turnaround) else 0.0, first_round_check)
+                              turnaround if math.isfinite(turnaround) else 0.0, first_round_check, time_scale)
     stream = stream_granularity(completed)
     goodput = request_goodput(completed, dur, time_scale, slo_ttft_ms, slo_tpot_ms)
     return {

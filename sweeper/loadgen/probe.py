@@ -26,6 +26,7 @@ class PrefixCacheApi:
     queries_counter: str | None = None
     hit_rate_gauge: str | None = None
     metrics_path: str = "/metrics"
+    flush_needs: str = ""  # what the server needs before it honours the flush, where it says no otherwise
 
     @property
     def reads_metrics(self) -> bool:
@@ -69,6 +70,13 @@ def cache_fields(api: PrefixCacheApi, before: dict[str, float] | None, after: di
     elif api.hit_rate_gauge and api.hit_rate_gauge in after:
         fields["prefix_cache_hit_rate"] = after[api.hit_rate_gauge]
     return fields
+
+
+def flush_refused_note(api: PrefixCacheApi) -> str:
+    """Why levels of a server that refused its cache flush (cache_flushed: false) did not start empty."""
+    needs = f"; it honours the flush only with {api.flush_needs}" if api.flush_needs else ""
+    return (f"the server refused POST {api.flush_path}, so its levels do not start with an empty prefix "
+            f"cache (cache_flushed: false){needs}")
 
 
 @dataclass(frozen=True)

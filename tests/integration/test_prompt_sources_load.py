@@ -5,7 +5,11 @@ a real HTTP server that records request bodies, and against the simulator (its p
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+from dataclasses import replace
 
 from typer.testing import CliRunner
 
@@ -16,6 +20,7 @@ from sweeper.loadgen.datasets import LengthDistribution, PromptRecord, draw_leng
 from sweeper.loadgen.ladder import LoadPlan, build_prompts, run_load
 from sweeper.loadgen.probe import LevelProbe, PrefixCacheApi
 from tests.support.fake_servers import MODEL
+from tests.support.paths import ROOT
 from tests.support.sim import BASELINE_FLAGS, SCALE, launched
 
 SHAREGPT = [
@@ -98,7 +103,9 @@ def test_synthetic_lengths_from_distributions_reach_each_request_as_drawn(serve)
     expected = [(p["prompt"], p["max_tokens"]) for p in build_prompts(plan, 24, plan.seed + 4)]
     assert all(request in sent for request in expected)
     assert sorted(n for _, n in expected) == sorted(draw_lengths(output, 24, plan.seed + 4 + 2))
-    assert {len(p) for p, _ in expected} <= set(range(8, 21)) and len({len(p) for p, _ in expected}) > 3
+    words = {len(p.split()) for p, _ in expected}  # synthetic text on a completions server, no tokenizer
+    assert words <= set(range(8, 21)) and len(words) > 3
+    assert level["prompts_sent_as"] == "text"
     last = sent[-24:]  # the run the level keeps (a run the client's lag spoiled is measured again)
     assert level["total_output_tokens"] == sum(n for _, n in last)  # counted from usage
     assert level["failed"] == 0 and not any("fewer tokens" in r for r in level["invalid_reasons"])
@@ -118,6 +125,7 @@ def test_shared_prefixes_hit_the_simulators_cache_and_the_hit_rate_is_read_from_
         for level in levels:
             # 64 prefix tokens (4 pages) of 128 a request; a group the warmup missed costs one miss
             assert 0.3 < level["prefix_cache_hit_rate"] <= 0.5, level
+            assert level["prompts_sent_as"] == "token ids"  # one fixed input_len: exact ids
             assert level["prompt_tokens_counted"] == level["total_input_tokens"]  # /tokenize and usage agree
         plain = run_load(server.url, "m", sim_plan(128, probe))
         assert [m["prefix_cache_hit_rate"] for m in plain] == [0.0, 0.0]  # distinct prompts: no hits
@@ -126,6 +134,27 @@ def test_shared_prefixes_hit_the_simulators_cache_and_the_hit_rate_is_read_from_
         probe = LevelProbe(server.url, "m", info.prefix_cache, info.tokenize)
         off = run_load(server.url, "m", sim_plan(64, probe, shared_prefix=(64, 2)))
         assert [m["prefix_cache_hit_rate"] for m in off] == [0.0, 0.0]
+
+
+def test_dataset_format_given_on_the_command_line(serve, tmp_path):
+    """--dataset-format sharegpt reads a ShareGPT file; jsonl given for it: one line naming the
+    file and its first line, nothing sent."""
+    server = serve(token_delay_s=0.002)
+    path = tmp_path / "share.data"
+    path.write_text(json.dumps(SHAREGPT, ensure_ascii=False))
+    out = tmp_path / "levels.json"
+    result = CliRunner().invoke(app, ["load", server.base_url, "--concurrency", "1", "--api", "chat", "--model", MODEL,
+                                      "--dataset", str(path), "--dataset-format", "sharegpt", "--json", str(out)])
+    assert result.exit_code in (0, 3), result.output
+    assert {b["messages"][0]["content"] for b in server.state.payloads} <= {c["conversations"][0]["value"]
+                                                                           for c in SHAREGPT}
+    sent = len(server.state.payloads)
+    result = CliRunner().invoke(app, ["load", server.base_url, "--model", MODEL, "--dataset", str(path),
+                                      "--dataset-format", "jsonl"])
+    assert result.exit_code == 2
+    [line] = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert f"{path}:1: expected an object" in line and "the content looks like sharegpt" in line
+    assert len(server.state.payloads) == sent
 
 
 def test_a_malformed_dataset_is_one_line_and_nothing_is_sent(serve, tmp_path):
@@ -137,3 +166,59 @@ def test_a_malformed_dataset_is_one_line_and_nothing_is_sent(serve, tmp_path):
     [line] = [ln for ln in result.output.splitlines() if ln.strip()]
     assert f"{path}:2: expected" in line
     assert server.state.payloads == [] and server.state.calls.order == []
+
+
+def test_a_first_round_of_long_varied_prompts_sent_together_is_no_stall_on_the_simulator():
+    """A closed loop's first C requests reach the server together and prefill as one pass (the
+    simulator's SGLang-like scheduler); once lengths vary, later sends are staggered and prefill
+    alone. The first round then waits several times longer for its first token with no stall in
+    it: valid, as long as it waited no longer per prompt token in prefill alongside it. Before:
+    invalid, "the first round waited ... a one-time stall" (9 of 12 ShareGPT trials, bench/README.md)."""
+    plan = LoadPlan(concurrency=(8,), requests_per_level=48, time_scale=SCALE, seed=3,
+                    input_dist=LengthDistribution("uniform", min=1000, max=3000),
+                    output_dist=LengthDistribution("uniform", min=20, max=60))
+    with launched(BASELINE_FLAGS) as server:
+        server.wait_ready()
+        [level] = run_load(server.url, "m", plan)
+    assert level["failed"] == 0
+    assert not any("first round" in r for r in level["invalid_reasons"]), level["invalid_reasons"]
+    assert level["p99_ttft_ms"] > 3 * level["median_ttft_ms"]  # the first round did wait longer
+
+
+def test_a_refused_flush_is_recorded_on_every_level_and_said_once_with_why(serve, tmp_path):
+    """vLLM routes /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1, else 404: a real `sweeper
+    load` process against a server that answers 404 says so once, on stderr, naming the fix."""
+    server = serve(token_delay_s=0.002, flush_status=404)
+    out = tmp_path / "levels.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "sweeper.cli", "load", server.base_url, "--model", MODEL,
+                           "--engine", "vllm", "--concurrency", "1,2", "--json", str(out)],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode in (0, 3), done.stderr  # 3: a level invalid (a busy runner's client lag)
+    [line] = [ln for ln in done.stderr.splitlines() if "refused POST /reset_prefix_cache" in ln]
+    assert "VLLM_SERVER_DEV_MODE=1" in line and "cache_flushed: false" in line
+    records = json.loads(out.read_text())
+    assert [r["cache_flushed"] for r in records] == [False, False]
+    assert [len(r["level_notes"]) for r in records] == [1, 0]  # said once, on the first level
+    assert server.state.calls.order.count("/reset_prefix_cache") == 2  # still asked before each level
+
+
+def test_a_level_never_repeats_a_record_until_the_dataset_runs_out(serve, tmp_path, caplog):
+    """Warm-up and measured runs of a level take one seeded order of the dataset in turn (before:
+    each run its own shuffle, so a level repeated records of a dataset larger than it); a level
+    needing more says so in one line and records how many repeated."""
+    server = serve(token_delay_s=0.002)
+    records = tuple(PromptRecord(text=f"question number {i}", output_len=3) for i in range(12))
+    plan = LoadPlan(concurrency=(2, 4), records=records, min_rounds=2, warmup_rounds=1)
+    levels = run_load(server.base_url, MODEL, plan)
+    prompts = [b["prompt"] for b in server.state.payloads]
+    c2, c4 = prompts[:6], prompts[6:]  # C=2: 2 warm-up + 4 measured; C=4: 4 + 8 (no harness retry here)
+    assert len(set(c2)) == 6  # 6 of 12: each once
+    assert len(set(c4)) == 12 and len(c4) == 12  # 12 of 12: each once
+    assert [m["dataset_records_reused"] for m in levels] == [0, 0] and levels[0]["level_notes"] == []
+    small = replace(plan, records=records[:5], concurrency=(2,))
+    [level] = run_load(server.base_url, MODEL, small)
+    assert level["dataset_records_reused"] == 1  # 6 requests from 5 records
+    [note] = level["level_notes"]
+    assert note.startswith("the dataset has 5 records and this level sent 6 requests") and "inflated" in note
+    assert [r.getMessage() for r in caplog.records if "the dataset has" in r.getMessage()] == [note]

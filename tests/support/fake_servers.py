@@ -75,6 +75,7 @@ class Behaviour:
     tokens_per_chunk: int = 1  # merge this many tokens into one chunk (SGLang under load)
     close_kept: bool = False  # a request on a connection that already served one: close, no reply
     metrics_text: str | None = None  # /metrics answers this (Prometheus text); None: 404
+    flush_status: int = 200  # the cache flushes answer this (vLLM without VLLM_SERVER_DEV_MODE=1: 404)
 
 
 @dataclass
@@ -116,6 +117,8 @@ class FakeCompletionServer(ThreadedApp):
 
     async def _control(self, request: web.Request) -> web.Response:
         self.state.calls.order.append(request.path)
+        if self.behaviour.flush_status != 200:
+            return web.Response(status=self.behaviour.flush_status, text='{"detail":"Not Found"}')
         return web.Response(text="ok\n")
 
     async def _metrics(self, request: web.Request) -> web.Response:

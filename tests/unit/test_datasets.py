@@ -48,8 +48,8 @@ def test_jsonl_prompts_and_chat_messages(tmp_path):
     ("bad.jsonl", '{"prompt": "a"}\n{"prompt": \n', None, "bad.jsonl:2: not valid JSON"),
     ("bad.jsonl", '{"prompt": "a"}\n{"text": "b"}\n', None, 'bad.jsonl:2: expected "prompt"'),
     ("bad.jsonl", '{"prompt": "a", "output_len": 0}\n', None, "bad.jsonl:1: output_len must be a whole number >= 1"),
-    ("bad.json", '[{"conversations": "x"}]', None, "bad.json: record 0: expected"),
-    ("bad.json", '[{"conversations": [{"from": "human"}]}]', None, "bad.json: record 0: turn 0"),
+    ("bad.json", '[{"conversations": "x"}]', None, "bad.json: record 1 of the array (from 1): expected"),
+    ("bad.json", '[{"conversations": [{"from": "human"}]}]', None, "bad.json: record 1 of the array (from 1): turn 1: expected"),
     ("bad.json", '[1, 2', "sharegpt", "bad.json: not valid JSON"),
     ("empty.json", "[]", None, "empty.json: no usable record"),
     ("x.txt", "hello", "csv", "unknown dataset format 'csv'"),
@@ -59,6 +59,32 @@ def test_a_malformed_file_names_the_file_and_the_record(tmp_path, name, text, fm
     with pytest.raises(DatasetError) as info:
         load_dataset(path, fmt)
     assert message in str(info.value) and len(str(info.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize("text, given, message", [
+    # ShareGPT read as JSONL: its first line is no object
+    (json.dumps(SHAREGPT), "jsonl", 'share.data:1: expected an object with "prompt" or "messages" '
+                                    "(read as jsonl, the format given; the content looks like sharegpt)"),
+    (json.dumps(SHAREGPT, indent=1), "jsonl", "share.data:1: not valid JSON"),
+    # JSONL read as ShareGPT: one line is one object, no array; two lines are no JSON at all
+    ('{"prompt": "a"}\n', "sharegpt", "share.data: a ShareGPT file is a JSON array of conversations "
+                                      "(read as sharegpt, the format given; the content looks like jsonl)"),
+    ('{"prompt": "a"}\n{"prompt": "b"}\n', "sharegpt", "share.data: not valid JSON: Extra data: line 2"),
+])
+def test_a_wrong_format_given_is_one_line_naming_file_record_and_the_likely_format(tmp_path, text, given, message):
+    path = write(tmp_path, "share.data", text)
+    with pytest.raises(DatasetError) as info:
+        load_dataset(path, given)
+    assert message in str(info.value) and len(str(info.value).splitlines()) == 1
+    other = "sharegpt" if given == "jsonl" else "jsonl"
+    assert f"the content looks like {other}" in str(info.value)
+
+
+def test_a_format_given_reads_the_file_as_that_format(tmp_path):
+    share = write(tmp_path, "share.data", json.dumps(SHAREGPT))
+    lines = write(tmp_path, "lines.data", '{"prompt": "a", "output_len": 3}\n')
+    assert load_dataset(share, "sharegpt") == load_dataset(share)
+    assert load_dataset(lines, "jsonl") == [PromptRecord(text="a", output_len=3)]
 
 
 def test_a_missing_file(tmp_path):

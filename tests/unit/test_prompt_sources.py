@@ -65,7 +65,8 @@ def test_drawn_lengths_reach_each_request():
     plan = LoadPlan(input_dist=LengthDistribution("uniform", min=4, max=12),
                     output_dist=LengthDistribution("lognormal", mean=20, sigma=0.5, min=2, max=64))
     prompts = build_prompts(plan, 200, seed=3)
-    inputs = [len(p["prompt"]) for p in prompts]
+    # synthetic text, as the chat path sends: drawn lengths in words (about a token each), no ids
+    inputs = [len(p["prompt"].split()) for p in prompts]
     outputs = [p["max_tokens"] for p in prompts]
     assert min(inputs) == 4 and max(inputs) == 12
     assert 2 <= min(outputs) and max(outputs) <= 64 and len(set(outputs)) > 10
@@ -122,6 +123,21 @@ def test_a_malformed_dataset_is_one_line_naming_file_and_record_when_the_space_l
     message = str(caught.value)
     assert "\n" not in message and record in message
     assert message.startswith(f"{tmp_path / 'space.yaml'}:7: workload.dataset: ")
+
+
+def test_workload_dataset_format_is_read_and_a_wrong_one_is_one_line(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "prompts.jsonl").write_text('{"prompt": "hello", "output_len": 4}\n')
+    (tmp_path / "space.yaml").write_text(SPACE.replace("  dataset: data/prompts.jsonl\n",
+                                                       "  dataset: data/prompts.jsonl\n  dataset_format: jsonl\n"))
+    assert load_space(tmp_path / "space.yaml").workload.dataset_format == "jsonl"
+    (tmp_path / "space.yaml").write_text(SPACE.replace("  dataset: data/prompts.jsonl\n",
+                                                       "  dataset: data/prompts.jsonl\n  dataset_format: sharegpt\n"))
+    with pytest.raises(ConfigError) as caught:
+        load_space(tmp_path / "space.yaml")
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(f"{tmp_path / 'space.yaml'}:7: workload.dataset: ")
+    assert "prompts.jsonl: a ShareGPT file is a JSON array" in message and "looks like jsonl" in message
 
 
 def test_a_missing_dataset_is_refused_when_the_space_loads(tmp_path):
@@ -238,3 +254,14 @@ def test_a_study_reads_its_stored_space_with_the_dataset_from_the_space_files_fo
 
     attrs = {"space_text": SPACE, "space_path": str(tmp_path / "spaces" / "space.yaml")}
     assert parse_stored_space(attrs).workload.dataset == str(tmp_path / "spaces" / "data" / "prompts.jsonl")
+
+
+def test_what_a_plan_sends_text_or_token_ids():
+    """Token ids only where the length must be exact without a tokenizer: one fixed input_len on a
+    completions server (with or without shared prefixes); drawn lengths go as synthetic text."""
+    assert not LoadPlan(input_len=5).sends_text and not LoadPlan(shared_prefix=(8, 2)).sends_text
+    drawn = LoadPlan(input_dist=LengthDistribution("uniform", min=4, max=12), shared_prefix=(8, 2))
+    assert drawn.sends_text
+    [prompt] = build_prompts(drawn, 1, seed=0)
+    assert isinstance(prompt["prompt"], str)  # the shared prefix too: text before the text
+    assert LoadPlan(options=StreamOptions(api="chat")).sends_text and LoadPlan(text_prompts=True).sends_text
