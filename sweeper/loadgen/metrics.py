@@ -50,6 +50,9 @@ HARNESS_FAULTS = (CLIENT_LAGGED, CLIENT_TURNAROUND)
 # H200: 760 ms against 72-118 ms at C=64).
 STALL_FACTOR = 3.0
 STALL_MIN_S = 0.25
+# ...and at least this much longer in wall seconds: on the time-scaled simulator a hiccup of the
+# shared machine (a few ms of wall time) would otherwise read as a modelled stall of 0.25 s.
+STALL_MIN_WALL_S = 0.05
 COARSE_TOKENS_PER_CHUNK = 1.5
 
 
@@ -207,7 +210,8 @@ def first_round_stall(completed: Sequence[RequestSample], concurrency: int, time
         return None
     ttfts = np.array([s.ttft for s in ordered]) / time_scale
     first, rest = float(np.median(ttfts[:concurrency])), float(np.median(ttfts[concurrency:]))
-    if not (first > STALL_FACTOR * rest and first - rest > STALL_MIN_S):
+    if not (first > STALL_FACTOR * rest and first - rest > STALL_MIN_S
+            and (first - rest) * time_scale > STALL_MIN_WALL_S):
         return None
     per_token = ttfts / prefill_contention(ordered)
     first_pt, rest_pt = float(np.median(per_token[:concurrency])), float(np.median(per_token[concurrency:]))
