@@ -4,6 +4,7 @@ The code behind them is in tests/support/."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,13 @@ import pytest
 
 from tests.support.pg import NoPostgres, PgCluster, start_cluster
 from tests.support.sshd import SshServer, sshd_installed, start_sshd
+
+
+# A run started in the background of a non-interactive shell (`make test &`, nohup) inherits SIGINT
+# ignored, and so would every CLI the tests start: their Ctrl-C tests would time out. Handled
+# here, it is back to the default in each child after exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

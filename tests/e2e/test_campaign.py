@@ -90,7 +90,7 @@ def test_campaign_runs_every_phase_and_heads_the_report_with_the_summary(ccli):
     assert no_server_left(ccli)
 
 
-@pytest.mark.timeout(1500)
+@pytest.mark.timeout(2400)
 def test_campaign_killed_in_each_phase_resumes_there_without_redoing_work(ccli):
     cli = ccli
     # 1. SIGKILL while a sweep trial is loading its server
@@ -115,7 +115,7 @@ def test_campaign_killed_in_each_phase_resumes_there_without_redoing_work(ccli):
             done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
             running = [t for t in trials if t.state == optuna.trial.TrialState.RUNNING and "process" in t.user_attrs]
             return (done, running) if done and running else None
-        done_before, _ = wait_for(validating, timeout=600, interval=0.2)
+        done_before, _ = wait_for(validating, timeout=1200, interval=0.2)  # the rest of the sweep first
         controller.send_signal(signal.SIGTERM)
         _, stderr = controller.communicate(timeout=120)
         assert controller.returncode == 130 and "Continue with: sweeper resume ck " in stderr, stderr[-2000:]
