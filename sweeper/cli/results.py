@@ -6,8 +6,9 @@ import dataclasses
 import json
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
+import optuna
 import typer
 from rich.live import Live
 
@@ -75,14 +76,30 @@ def show(
         if not watch:
             console.print(format_show(optuna_study))
             return
-        # Re-read from storage on every refresh: works from another terminal or machine.
         try:
-            with Live(format_show(optuna_study), console=console, refresh_per_second=1) as live:
-                while True:
-                    time.sleep(interval)
-                    live.update(format_show(load_study(study, results, storage)))
+            watch_show(optuna_study, lambda: load_study(study, results, storage), interval)
         except KeyboardInterrupt:
             pass
+
+
+def watch_show(first: optuna.Study, reload: Callable[[], optuna.Study], interval: float) -> None:
+    """`show` again every `interval` seconds, re-read from storage (so it follows a sweep run from
+    another terminal or machine): on a terminal one live view; piped (a log, a script, `tee`) each
+    view is printed once, when it changes, since a live view writes nothing there until it ends."""
+    if console.is_terminal:
+        with Live(format_show(first), console=console, refresh_per_second=1) as live:
+            while True:
+                time.sleep(interval)
+                live.update(format_show(reload()))
+    shown, study = None, first
+    while True:
+        with console.capture() as view:
+            console.print(format_show(study))
+        if view.get() != shown:
+            shown = view.get()
+            typer.echo(shown)
+        time.sleep(interval)
+        study = reload()
 
 
 def best(

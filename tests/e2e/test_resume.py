@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 
 import pandas as pd
 import pytest
@@ -71,13 +72,15 @@ def test_show_watch_follows_a_running_sweep_from_another_process(cli):
     try:
         wait_for(lambda: server_in_load_stage(cli.workdir, "w1"), timeout=120)
         watcher = cli.start("show", "w1", "--watch", "--interval", "0.5")
-        import time
-
-        time.sleep(3)
+        # piped, each view is printed when it changes: one with a trial running comes while the sweep runs
+        views = []
+        watching = threading.Thread(target=lambda: views.extend(watcher.stdout), daemon=True)
+        watching.start()
+        wait_for(lambda: any("RUNNING" in line for line in views), timeout=120)
         os.kill(watcher.pid, signal.SIGINT)
-        out, err = watcher.communicate(timeout=20)
-        assert watcher.returncode == 0, err
-        assert "study w1" in out and "RUNNING" in out
+        watching.join(20)
+        assert watcher.wait(20) == 0, watcher.stderr.read()
+        assert any(line.startswith("study w1: ") for line in views)
     finally:
         for proc in (controller, watcher):
             if proc and proc.poll() is None:
