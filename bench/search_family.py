@@ -34,6 +34,7 @@ def strategies(space, budget):
         "old default (tpe)": lambda seed: build_sampler(space, budget, "tpe", seed),
         "new default (auto)": lambda seed: build_sampler(space, budget, "auto", seed),
         "model": lambda seed: build_sampler(space, budget, "model", seed),
+        "gp": lambda seed: build_sampler(space, budget, "gp", seed),
         "hybrid": lambda seed: build_sampler(space, budget, "hybrid", seed),
     }
 

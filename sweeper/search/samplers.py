@@ -20,7 +20,7 @@ from sweeper.spec.space import Space
 from sweeper.search.configs import count_configs, enumerate_configs, parameter_values
 from sweeper.search.local import LocalSearchSampler, Move
 
-SAMPLERS = ("auto", "model", "hybrid", "local", "tpe", "brute", "random", "grid")
+SAMPLERS = ("auto", "gp", "model", "hybrid", "local", "tpe", "brute", "random", "grid")
 _COUNT_LIMIT = 200_000  # enumerate a space to count it only below this many raw combinations
 
 
@@ -43,11 +43,13 @@ class GridOrderSampler(BaseSampler):
         return config[param_name]
 
 
-def model_explorer(space: Space, seed: int | None):
-    """Exploration by a Thompson draw of search/model.py's additive model of every trial so far."""
+def model_explorer(space: Space, seed: int | None, propose=None):
+    """Exploration by `propose` (default: a Thompson draw of search/model.py's additive model) of
+    every trial so far."""
     def explore(study: optuna.Study, taken: set[str]) -> Move | None:
-        from sweeper.search.model import propose
-
+        nonlocal propose
+        if propose is None:
+            from sweeper.search.model import propose
         if len(study.directions) > 1:
             return None
         trials = study.get_trials(deepcopy=False)
@@ -91,6 +93,10 @@ def build_sampler(space: Space, budget: int, name: str = "auto", seed: int | Non
             case "model":  # every trial the model's
                 return LocalSearchSampler(space, tpe_sampler(budget, seed), explore=0, seed=seed, explore_every=1,
                                           explorer=model_explorer(space, seed))
+            case "gp":  # every trial the GP's
+                from sweeper.search.gp import propose as gp_propose
+                return LocalSearchSampler(space, tpe_sampler(budget, seed), explore=0, seed=seed, explore_every=1,
+                                          explorer=model_explorer(space, seed, gp_propose), crash_aware=False)
             case "hybrid":  # the climb, its exploration slots the model's
                 return LocalSearchSampler(space, tpe_sampler(budget, seed), seed=seed,
                                           explorer=model_explorer(space, seed))

@@ -1,0 +1,234 @@
+"""Gaussian-process proposals for a categorical space (a local Bayesian optimisation, after
+CASMOPOLITAN): a GP over log(objective) with an exponentiated Hamming kernel (one length per lever,
+fitted by marginal likelihood), expected improvement over the best posterior mean among the
+measured configs, times the config's chance to run (search/model.py's per-value crash odds).
+
+Why a GP: the kernel is a product over levers, so it carries interactions an additive model cannot
+(two levers that pay only together); its noise term makes the incumbent the best *estimate*, not
+the luckiest measurement; fitted lengths tell the levers that matter from those that do not. The
+candidates are the neighbours (one and two levers away) of the best estimated configs plus random
+ones, so it climbs where it knows and explores where all looks alike (a plateau).
+Pure (numpy, scipy.optimize): the trials in, a config and why out."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+from optuna.trial import FrozenTrial
+from scipy.optimize import minimize
+from scipy.stats import norm
+
+from sweeper.spec.space import Space
+from sweeper.search.configs import Config, config_key, with_derived
+from sweeper.search.local import is_feasible, is_ordinal, lever_values
+from sweeper.search.model import Proposal, crashed, neighbours, random_config
+from sweeper.spec.rules import excluded_by_rule, violated_constraints
+
+START = 5  # proposals by space-filling before the GP (with fewer measured configs than this)
+RANDOM_CANDIDATES = 300
+PAIR_CANDIDATES = 300  # two-lever moves sampled around the best estimates
+NOISE_BOUNDS = (0.005, 0.5)  # std of one measurement on log(objective): 0.5%..50%
+NOISE_PRIOR = (math.log(0.03), 1.0)  # log-normal: a real launch's spread is 2-5%
+RUNS_NOISE_PRIOR = (math.log(0.3), 1.0)  # ran/crashed labels (+-1): some slack for combinations
+LENGTH_PRIOR = (math.log(3.0), 1.0)  # per lever, in units of one lever's full change
+LENGTH_BOUNDS = (0.2, 50.0)
+
+
+def _coordinates(space: Space, params: Config) -> np.ndarray:
+    """One number per lever: its value's position in 0..1 (ordered levers) or index (others);
+    NaN where the lever is inactive."""
+    out = []
+    for name, param in space.parameters.items():
+        if name not in params:
+            out.append(np.nan)
+            continue
+        values = lever_values(param)
+        value = params[name]
+        index = values.index(value) if value in values else min(
+            range(len(values)), key=lambda i: abs(values[i] - value))
+        out.append(index / max(1, len(values) - 1) if is_ordinal(param) else float(index))
+    return np.array(out)
+
+
+def _distances(space: Space, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per-lever distances between rows of a and rows of b: shape (levers, len(a), len(b)).
+    Ordered levers: the step apart (0..1); others 0 or 1; active against inactive: 1."""
+    ordinal = np.array([is_ordinal(p) for p in space.parameters.values()])
+    x, y = a.T[:, :, None], b.T[:, None, :]
+    d = np.where(ordinal[:, None, None], np.abs(x - y), (x != y).astype(float))
+    nan_x, nan_y = np.isnan(x), np.isnan(y)
+    return np.where(nan_x & nan_y, 0.0, np.where(nan_x | nan_y, 1.0, d))
+
+
+@dataclass(frozen=True)
+class GP:
+    lengths: np.ndarray
+    signal: float  # prior std of log(objective)
+    noise: float
+    offset: float
+    x: np.ndarray
+    alpha: np.ndarray
+    chol: np.ndarray
+
+    def kernel(self, d: np.ndarray) -> np.ndarray:
+        return self.signal ** 2 * np.exp(-np.tensordot(1 / self.lengths, d, axes=1))
+
+    def predict(self, space: Space, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean (log objective) and std of the true value at each row of coords."""
+        k = self.kernel(_distances(space, coords, self.x))
+        mean = self.offset + k @ self.alpha
+        v = np.linalg.solve(self.chol, k.T)
+        var = np.maximum(self.signal ** 2 - np.sum(v ** 2, axis=0), 1e-12)
+        return mean, np.sqrt(var)
+
+
+def _neg_log_posterior(theta: np.ndarray, d: np.ndarray, y: np.ndarray,
+                       noise_prior: tuple[float, float] = NOISE_PRIOR) -> tuple[float, np.ndarray]:
+    """-(log marginal likelihood + log priors) and its gradient over (log lengths, log signal, log noise)."""
+    levers = d.shape[0]
+    log_len, log_sig, log_noise = theta[:levers], theta[levers], theta[levers + 1]
+    kf = np.exp(2 * log_sig - np.tensordot(np.exp(-log_len), d, axes=1))
+    k = kf + np.exp(2 * log_noise) * np.eye(len(y))
+    try:
+        chol = np.linalg.cholesky(k)
+    except np.linalg.LinAlgError:
+        return 1e10, np.zeros_like(theta)
+    alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, y))
+    inv = np.linalg.solve(chol.T, np.linalg.solve(chol, np.eye(len(y))))
+    nll = 0.5 * y @ alpha + np.sum(np.log(np.diag(chol)))
+    outer = np.outer(alpha, alpha) - inv
+    grad = np.empty_like(theta)
+    for lever in range(levers):  # dK/dlog(length) = K_f * d / length
+        grad[lever] = -0.5 * np.sum(outer * kf * d[lever]) * np.exp(-log_len[lever])
+    grad[levers] = -0.5 * np.sum(outer * 2 * kf)
+    grad[levers + 1] = -0.5 * np.trace(outer) * 2 * np.exp(2 * log_noise)
+    mu_l, sd_l = LENGTH_PRIOR
+    mu_n, sd_n = noise_prior
+    nll += np.sum((log_len - mu_l) ** 2) / (2 * sd_l ** 2) + (log_noise - mu_n) ** 2 / (2 * sd_n ** 2)
+    grad[:levers] += (log_len - mu_l) / sd_l ** 2
+    grad[levers + 1] += (log_noise - mu_n) / sd_n ** 2
+    return float(nll), grad
+
+
+def _fit(space: Space, x: np.ndarray, y: np.ndarray, noise_prior: tuple[float, float],
+         noise_bounds: tuple[float, float]) -> GP:
+    """A GP of y at the configs x, its lengths, signal and noise at the posterior's mode."""
+    offset = float(y.mean())
+    y = y - offset
+    d = _distances(space, x, x)
+    levers = d.shape[0]
+    spread = max(float(np.std(y)), 0.02)
+    theta0 = np.concatenate([np.full(levers, LENGTH_PRIOR[0]), [math.log(spread), noise_prior[0]]])
+    bounds = ([tuple(map(math.log, LENGTH_BOUNDS))] * levers
+              + [(math.log(0.01), math.log(3.0)), tuple(map(math.log, noise_bounds))])
+    result = minimize(_neg_log_posterior, theta0, args=(d, y, noise_prior), jac=True, method="L-BFGS-B",
+                      bounds=bounds, options={"maxiter": 200})
+    theta = result.x
+    lengths, signal, noise = np.exp(theta[:levers]), math.exp(theta[levers]), math.exp(theta[levers + 1])
+    k = signal ** 2 * np.exp(-np.tensordot(1 / lengths, d, axes=1)) + noise ** 2 * np.eye(len(y))
+    chol = np.linalg.cholesky(k)
+    alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, y))
+    return GP(lengths, signal, noise, offset, x, alpha, chol)
+
+
+def fit(space: Space, trials: Sequence[FrozenTrial], maximize: bool) -> GP | None:
+    """The GP of the feasible trials' log(objective) (sign-flipped when minimising), or None before
+    one ran."""
+    rows = [t for t in trials if is_feasible(t) and t.values[0] > 0]
+    if not rows:
+        return None
+    x = np.array([_coordinates(space, t.params) for t in rows])
+    y = np.log([t.values[0] for t in rows]) * (1 if maximize else -1)
+    return _fit(space, x, y, NOISE_PRIOR, NOISE_BOUNDS)
+
+
+def fit_runs(space: Space, trials: Sequence[FrozenTrial]) -> GP | None:
+    """A GP of +1 (ran) / -1 (crashed) over the measured configs: crashes are often combinations
+    (a backend with one parallel layout), which per-value odds miss; None before both were seen."""
+    rows = [t for t in trials if is_feasible(t) or crashed(t)]
+    labels = np.array([1.0 if is_feasible(t) else -1.0 for t in rows])
+    if len(set(labels)) < 2:
+        return None
+    x = np.array([_coordinates(space, t.params) for t in rows])
+    return _fit(space, x, labels, RUNS_NOISE_PRIOR, (0.05, 2.0))
+
+
+def runs_chances(space: Space, model: GP | None, coords: np.ndarray) -> np.ndarray:
+    """Each config's chance to run: the label GP's mean through a probit (the base rate far from
+    anything measured)."""
+    if model is None:
+        return np.ones(len(coords))
+    mean, _ = model.predict(space, coords)
+    return np.clip(norm.cdf(1.5 * mean), 0.01, 1.0)
+
+
+def _spread_out(space: Space, measured: list[np.ndarray], rng: random.Random, allowed) -> Config | None:
+    """Space-filling: of random allowed configs, the one farthest (in levers changed) from the measured."""
+    best: tuple[float, Config] | None = None
+    for _ in range(100):
+        params = random_config(space, rng)
+        if not allowed(params):
+            continue
+        c = _coordinates(space, params)
+        far = min((float(_distances(space, c[None], m[None]).sum()) for m in measured), default=0.0)
+        if best is None or far > best[0]:
+            best = (far, params)
+    return None if best is None else best[1]
+
+
+def propose(space: Space, trials: Sequence[FrozenTrial], taken: set[str], maximize: bool,
+            seed: Any) -> Proposal | None:
+    """The allowed config not in `taken` (config keys) of the highest expected improvement times
+    chance to run, or None when the candidates are all taken."""
+    rng = random.Random(f"gp-{seed}")
+
+    def allowed(params: Config) -> bool:
+        full = with_derived(space, params)
+        return not (config_key(full) in taken or excluded_by_rule(space, full) or violated_constraints(space, full))
+
+    measured = [t for t in trials if is_feasible(t) or crashed(t)]
+    model = fit(space, trials, maximize) if len(measured) >= START else None
+    if model is None:
+        if len(measured) >= START and len(measured) % 2:  # all crashed: every other trial by crash odds
+            from sweeper.search.model import propose as likeliest
+            found = likeliest(space, trials, taken, maximize, seed)
+            if found is not None:
+                return Proposal(found.params, "gp: nothing ran yet; " + found.why.split("; ")[-1])
+        params = _spread_out(space, [_coordinates(space, t.params) for t in measured], rng, allowed)
+        return None if params is None else Proposal(params, "gp: space-filling start")
+    runs = fit_runs(space, trials)
+    feasible = [t for t in trials if is_feasible(t) and t.values[0] > 0]
+    means, _ = model.predict(space, np.array([_coordinates(space, t.params) for t in feasible]))
+    order = np.argsort(-means)
+    incumbent, best_mean = feasible[int(order[0])], float(means[order[0]])
+    pool: list[tuple[Config, str]] = []
+    for rank in order[:3]:
+        around = feasible[int(rank)]
+        ones = neighbours(space, dict(around.params))
+        pool += [(p, f"1 lever from trial {around.number}") for p in ones]
+        for _ in range(PAIR_CANDIDATES // 3):
+            first = rng.choice(ones)
+            pool.append((rng.choice(neighbours(space, first)), f"2 levers from trial {around.number}"))
+    pool += [(random_config(space, rng), "exploration") for _ in range(RANDOM_CANDIDATES)]
+    seen: set[str] = set()
+    cands: list[tuple[Config, str]] = []
+    for params, why in pool:
+        key = config_key(with_derived(space, params))
+        if key not in seen and allowed(params):
+            seen.add(key)
+            cands.append((params, why))
+    if not cands:
+        return None
+    mean, std = model.predict(space, np.array([_coordinates(space, p) for p, _ in cands]))
+    z = (mean - best_mean) / std
+    ei = (mean - best_mean) * norm.cdf(z) + std * norm.pdf(z)
+    chance = runs_chances(space, runs, np.array([_coordinates(space, p) for p, _ in cands]))
+    score = ei * chance
+    pick = int(np.argmax(score))
+    params, why = cands[pick]
+    return Proposal(params, f"gp: {why} (expected {math.expm1(mean[pick] - best_mean):+.1%} on trial "
+                            f"{incumbent.number}'s estimate, {chance[pick]:.0%} to run)")
