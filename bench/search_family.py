@@ -1,7 +1,8 @@
 """The search on a family of response surfaces it was never tuned for (issue 20's benchmark).
 
 For each surface of bench/surfaces.py, with and without the space's seeds, and each strategy (grid,
-random, `tpe` = the default before issue 20, `auto` = the default now): over N sampler seeds, the
+random, `tpe` = the default before issue 20, `local` = `auto` before the GP, `auto` = the
+default now: search/gp.py): over N sampler seeds, the
 median number of real evaluations until a config within 2% of the surface's optimum has been
 measured (true value; the search sees noisy ones), and how many seeds get there inside 36.
 
@@ -32,9 +33,9 @@ def strategies(space, budget):
         "grid": lambda seed: GridOrderSampler(space),
         "random": lambda seed: optuna.samplers.RandomSampler(seed=seed),
         "old default (tpe)": lambda seed: build_sampler(space, budget, "tpe", seed),
-        "new default (auto)": lambda seed: build_sampler(space, budget, "auto", seed),
+        "previous auto (local)": lambda seed: build_sampler(space, budget, "local", seed),
+        "new default (auto = gp)": lambda seed: build_sampler(space, budget, "auto", seed),
         "model": lambda seed: build_sampler(space, budget, "model", seed),
-        "gp": lambda seed: build_sampler(space, budget, "gp", seed),
         "hybrid": lambda seed: build_sampler(space, budget, "hybrid", seed),
     }
 
@@ -61,7 +62,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--cap", type=int, default=60, help="evaluations before a search gives up")
     parser.add_argument("--surfaces", nargs="*", default=list(FAMILY))
-    parser.add_argument("--only", nargs="*", help="strategies to run (default: all)")
+    parser.add_argument("--only", nargs="*", default=["grid", "random", "old default (tpe)", "previous auto (local)",
+                                                      "new default (auto = gp)"],
+                        help="strategies to run (also: model, hybrid)")
     parser.add_argument("--jobs", type=int, default=2, help="rows measured in parallel")
     args = parser.parse_args()
     space = load_space(Path(args.space))

@@ -166,17 +166,21 @@ def runs_chances(space: Space, model: GP | None, coords: np.ndarray) -> np.ndarr
     return np.clip(norm.cdf(1.5 * mean), 0.01, 1.0)
 
 
-def _spread_out(space: Space, measured: list[np.ndarray], rng: random.Random, allowed) -> Config | None:
-    """Space-filling: of random allowed configs, the one farthest (in levers changed) from the measured."""
+def _spread_out(space: Space, measured: Sequence[FrozenTrial], rng: random.Random, allowed) -> Config | None:
+    """Space-filling (a Latin-hypercube-like balance): of random allowed configs, the one whose
+    values were measured least often; ordered levers are not pushed to their ends."""
+    counts: dict[tuple[str, Any], int] = {}
+    for t in measured:
+        for item in t.params.items():
+            counts[item] = counts.get(item, 0) + 1
     best: tuple[float, Config] | None = None
     for _ in range(100):
         params = random_config(space, rng)
         if not allowed(params):
             continue
-        c = _coordinates(space, params)
-        far = min((float(_distances(space, c[None], m[None]).sum()) for m in measured), default=0.0)
-        if best is None or far > best[0]:
-            best = (far, params)
+        used = sum(counts.get(item, 0) for item in params.items())
+        if best is None or used < best[0]:
+            best = (used, params)
     return None if best is None else best[1]
 
 
@@ -198,7 +202,7 @@ def propose(space: Space, trials: Sequence[FrozenTrial], taken: set[str], maximi
             found = likeliest(space, trials, taken, maximize, seed)
             if found is not None:
                 return Proposal(found.params, "gp: nothing ran yet; " + found.why.split("; ")[-1])
-        params = _spread_out(space, [_coordinates(space, t.params) for t in measured], rng, allowed)
+        params = _spread_out(space, measured, rng, allowed)
         return None if params is None else Proposal(params, "gp: space-filling start")
     runs = fit_runs(space, trials)
     feasible = [t for t in trials if is_feasible(t) and t.values[0] > 0]

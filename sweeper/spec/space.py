@@ -118,7 +118,7 @@ class Slo(Strict):
 
 
 class Search(Strict):
-    sampler: Literal["auto", "model", "hybrid", "local", "tpe", "brute", "random", "grid"] = "auto"
+    sampler: Literal["auto", "gp", "model", "hybrid", "local", "tpe", "brute", "random", "grid"] = "auto"
     abandon_below: float = Field(0.0, ge=0, le=1, description=(
         "stop the ladder when even a linear extrapolation cannot reach this fraction of the best"))
 
