@@ -1,9 +1,12 @@
 """The search: which config to launch next, and what the launches taught us (Optuna lives here).
 
 - configs.py   a space -> Optuna suggestions, derived values, enumeration, canonical keys
-- samplers.py  which sampler a study uses (`auto`: brute force when small, else local.py)
-- local.py     the default search on large spaces: single-lever moves from the incumbent (then pairs),
-               interleaved with TPE; each trial's `proposed_by`
+- samplers.py  which sampler a study uses (`auto`: brute force when small, else gp.py)
+- local.py     the proposal plumbing every non-Optuna search shares (plans, taken configs, each
+               trial's `proposed_by`) and `local`: single-lever moves from the incumbent, then pairs
+- gp.py        the default search on large spaces: a GP over the levers, expected improvement around
+               its best estimates times a learnt chance to run
+- model.py     `model`: an additive model's Thompson draws; per-value crash odds (pure)
 - study.py     storage, the objective around a trial, dedupe, budget, retries, resume recovery
 - record.py    a TrialOutcome -> objective values, constraints and user attrs (pure)
 - trials.py    which stored trials count: evaluations, feasibility, the Pareto front, the best

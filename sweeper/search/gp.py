@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from optuna.trial import FrozenTrial
@@ -29,6 +29,7 @@ from sweeper.search.model import Proposal, crashed, neighbours, random_config
 from sweeper.spec.rules import excluded_by_rule, violated_constraints
 
 START = 5  # proposals by space-filling before the GP (with fewer measured configs than this)
+MARGIN = 1.0  # an improvement counts beyond this many noise stds of one measurement
 RANDOM_CANDIDATES = 300
 PAIR_CANDIDATES = 300  # two-lever moves sampled around the best estimates
 NOISE_BOUNDS = (0.005, 0.5)  # std of one measurement on log(objective): 0.5%..50%
@@ -166,22 +167,21 @@ def runs_chances(space: Space, model: GP | None, coords: np.ndarray) -> np.ndarr
     return np.clip(norm.cdf(1.5 * mean), 0.01, 1.0)
 
 
-def _spread_out(space: Space, measured: Sequence[FrozenTrial], rng: random.Random, allowed) -> Config | None:
+def _spread_out(space: Space, measured: Sequence[FrozenTrial], rng: random.Random, allowed,
+                chance: Callable[[list[Config]], np.ndarray] | None = None) -> Config | None:
     """Space-filling (a Latin-hypercube-like balance): of random allowed configs, the one whose
-    values were measured least often; ordered levers are not pushed to their ends."""
+    values were measured least often (ordered levers are not pushed to their ends), weighed by its
+    chance to run once crashes taught one."""
     counts: dict[tuple[str, Any], int] = {}
     for t in measured:
         for item in t.params.items():
             counts[item] = counts.get(item, 0) + 1
-    best: tuple[float, Config] | None = None
-    for _ in range(100):
-        params = random_config(space, rng)
-        if not allowed(params):
-            continue
-        used = sum(counts.get(item, 0) for item in params.items())
-        if best is None or used < best[0]:
-            best = (used, params)
-    return None if best is None else best[1]
+    configs = [params for params in (random_config(space, rng) for _ in range(100)) if allowed(params)]
+    if not configs:
+        return None
+    used = np.array([sum(counts.get(item, 0) for item in params.items()) for params in configs])
+    score = 1 / (1 + used / max(1, len(measured))) * (chance(configs) if chance else 1.0)
+    return configs[int(np.argmax(score))]
 
 
 def propose(space: Space, trials: Sequence[FrozenTrial], taken: set[str], maximize: bool,
@@ -190,9 +190,12 @@ def propose(space: Space, trials: Sequence[FrozenTrial], taken: set[str], maximi
     chance to run, or None when the candidates are all taken."""
     rng = random.Random(f"gp-{seed}")
 
-    def allowed(params: Config) -> bool:
+    def valid(params: Config) -> bool:
         full = with_derived(space, params)
-        return not (config_key(full) in taken or excluded_by_rule(space, full) or violated_constraints(space, full))
+        return not (excluded_by_rule(space, full) or violated_constraints(space, full))
+
+    def allowed(params: Config) -> bool:
+        return valid(params) and config_key(with_derived(space, params)) not in taken
 
     measured = [t for t in trials if is_feasible(t) or crashed(t)]
     model = fit(space, trials, maximize) if len(measured) >= START else None
@@ -206,6 +209,11 @@ def propose(space: Space, trials: Sequence[FrozenTrial], taken: set[str], maximi
         return None if params is None else Proposal(params, "gp: space-filling start")
     runs = fit_runs(space, trials)
     feasible = [t for t in trials if is_feasible(t) and t.values[0] > 0]
+    if len(feasible) >= START and model.signal <= model.noise:  # nothing stands out (a plateau): spread out
+        params = _spread_out(space, measured, rng, allowed,
+                             lambda configs: runs_chances(space, runs, np.array([_coordinates(space, p) for p in configs])))
+        if params is not None:
+            return Proposal(params, f"gp: exploration (nothing stands out of the {model.noise:.1%} noise)")
     means, _ = model.predict(space, np.array([_coordinates(space, t.params) for t in feasible]))
     order = np.argsort(-means)
     incumbent, best_mean = feasible[int(order[0])], float(means[order[0]])
@@ -214,6 +222,9 @@ def propose(space: Space, trials: Sequence[FrozenTrial], taken: set[str], maximi
         around = feasible[int(rank)]
         ones = neighbours(space, dict(around.params))
         pool += [(p, f"1 lever from trial {around.number}") for p in ones]
+        # a move a constraint refuses (tp 2 under ep 4) with the second lever that makes it valid
+        pool += [(q, f"2 levers from trial {around.number}") for p in ones if not valid(p)
+                 for q in neighbours(space, p)]
         for _ in range(PAIR_CANDIDATES // 3):
             first = rng.choice(ones)
             pool.append((rng.choice(neighbours(space, first)), f"2 levers from trial {around.number}"))
@@ -228,8 +239,11 @@ def propose(space: Space, trials: Sequence[FrozenTrial], taken: set[str], maximi
     if not cands:
         return None
     mean, std = model.predict(space, np.array([_coordinates(space, p) for p, _ in cands]))
-    z = (mean - best_mean) / std
-    ei = (mean - best_mean) * norm.cdf(z) + std * norm.pdf(z)
+    # an improvement counts beyond the noise of one measurement: without the margin, moves of levers
+    # that do not matter (a true change of ~0, a small std) win on the incumbent's noise
+    gain = mean - best_mean - MARGIN * model.noise
+    z = gain / std
+    ei = gain * norm.cdf(z) + std * norm.pdf(z)
     chance = runs_chances(space, runs, np.array([_coordinates(space, p) for p, _ in cands]))
     score = ei * chance
     pick = int(np.argmax(score))

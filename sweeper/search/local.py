@@ -192,8 +192,9 @@ class LocalSearchSampler(BaseSampler):
         return None if proposal is None else Move(proposal.params, "feasible start: " + proposal.why.split("; ")[-1])
 
     def _taken_keys(self, trials: list[FrozenTrial]) -> set[str]:
-        """Configs measured, running or queued (a failed one may be retried)."""
-        keys = set()
+        """Configs measured, running or queued (a failed one may be retried), and those planned for
+        trials asked but not yet sampled (a worker asking twice before it suggests)."""
+        keys = {config_key(with_derived(self._space, plan)) for plan in self._plans.values()}
         for t in trials:
             if t.state == TrialState.FAIL:
                 continue

@@ -1,0 +1,141 @@
+"""The default search on large spaces (sweeper/search/gp.py, `auto` = `gp`): it climbs by moves of
+one or two levers from its best estimate, its incumbent is an estimate and not the luckiest
+measurement, it never launches a rule-excluded, measured or running config, and it leaves a crash
+region behind."""
+
+import random
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import optuna
+
+from sweeper.search.configs import config_key, suggest_config
+from sweeper.search.gp import _coordinates, fit, fit_runs, propose, runs_chances
+from sweeper.search.local import PROPOSED_BY, is_feasible
+from sweeper.search.model import neighbours
+from sweeper.search.samplers import build_sampler, resolve_sampler_name
+from sweeper.spec.rules import excluded_by_rule, violated_constraints
+from sweeper.spec.space import load_space
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+warnings.filterwarnings("ignore")
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+from model_search import evaluations_to_reach, simulate_search  # noqa: E402
+from surfaces import crash_island, interactions, optimum, sim  # noqa: E402
+
+SPACE = load_space(ROOT / "search_spaces" / "demo-sim.yaml")
+
+
+def _differing(a: dict, b: dict) -> int:
+    return sum(a.get(n) != b.get(n) for n in set(a) | set(b))
+
+
+def _tell(study, trial, value):
+    trial.set_constraint("config_fault", 0.0 if value is not None else 1.0)
+    study.tell(trial, value if value is not None else 0.0)
+
+
+def test_auto_is_the_gp_on_a_large_space_and_brute_force_on_a_small_one(tmp_path):
+    assert resolve_sampler_name(SPACE, 36, "auto") == "gp"
+    small = tmp_path / "small.yaml"
+    small.write_text("name: s\nengine: sim\nmodel: m\nparameters:\n"
+                     "  a: {type: categorical, choices: [x, y, z], flag: --a}\nbudget: {trials: 6}\n")
+    assert resolve_sampler_name(load_space(small), 6, "auto") == "brute"
+
+
+def test_after_its_start_the_gp_moves_one_or_two_levers_from_its_best_estimate():
+    surface = interactions(SPACE, noise=0.03)
+    trace = simulate_search(SPACE, build_sampler(SPACE, 36, "gp", 2), 30, use_seeds=True, surface=surface)
+    trials = trace.study.trials
+    labels = [t.user_attrs[PROPOSED_BY] for t in trials]
+    assert labels[:2] == ["seed case-study-baseline", "seed case-study-ep4"]
+    assert labels[2].startswith("gp: space-filling start")
+    moves = [t for t in trials if " from trial " in t.user_attrs[PROPOSED_BY]]
+    assert len(moves) >= len(trials) // 2, labels  # a local search, mostly
+    for t in moves:
+        label = t.user_attrs[PROPOSED_BY]
+        origin = trials[int(label.split(" from trial ")[1].split()[0])]
+        levers = int(label.split("gp: ")[1][0])
+        assert origin.number < t.number and is_feasible(origin)
+        # a lever a change deactivates or activates (CUDA graphs off: no max batch) counts too
+        assert 1 <= _differing(dict(origin.params), dict(t.params)) <= levers + 1, (label, origin.params, t.params)
+        assert f"on trial {origin.number}'s estimate" in label or "on trial" in label
+
+
+def test_the_incumbent_is_the_best_estimate_not_the_luckiest_measurement():
+    """A config measured 6% above a region whose every neighbour measured ~10% lower is a lucky
+    measurement: the GP's incumbent is the config whose neighbourhood agrees it is good."""
+    rng = random.Random(0)
+    base = dict(SPACE.seeds[0].params)
+    good = {**base, "nccl_proto": "LL"}
+    lucky = {**base, "attention_backend": "torch_native", "nccl_proto": "LL128"}
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    truth = {}
+    for around, level in ((good, 100.0), (lucky, 90.0)):
+        for config in [around] + [c for c in neighbours(SPACE, around)
+                                  if not violated_constraints(SPACE, c)][:10]:
+            truth[config_key(config)] = (config, level * rng.uniform(0.98, 1.02))
+    truth[config_key(lucky)] = (lucky, 106.0)  # its one lucky measurement
+    for config, value in truth.values():
+        study.enqueue_trial(config)
+        trial = study.ask()
+        suggest_config(trial, SPACE)
+        _tell(study, trial, value)
+    model = fit(SPACE, study.trials, True)
+    numbers = {config_key(dict(t.params)): t.number for t in study.trials}
+    estimate = dict(zip(numbers, model.predict(SPACE, np.array([_coordinates(SPACE, dict(t.params))
+                                                                for t in study.trials]))[0]))
+    assert estimate[config_key(good)] > estimate[config_key(lucky)]
+    proposal = propose(SPACE, study.trials, set(numbers), True, 0)
+    assert f"trial {numbers[config_key(good)]}'s estimate" in proposal.why, proposal.why
+
+
+def test_no_excluded_measured_or_running_config_is_launched():
+    """Two workers on one study: a config running on the other is not proposed again."""
+    study = optuna.create_study(direction="maximize", sampler=build_sampler(SPACE, 36, "auto", 5))
+    for seed in SPACE.seeds:
+        study.enqueue_trial(seed.params, user_attrs={"seed": seed.name})
+    surface, rng, keys = sim(SPACE, noise=0.03), random.Random(5), []
+    for _ in range(15):
+        pair = [study.ask(), study.ask()]  # both running before either is told
+        for trial in pair:
+            config = suggest_config(trial, SPACE)
+            assert not excluded_by_rule(SPACE, config) and not violated_constraints(SPACE, config), config
+            keys.append(config_key(config))
+        for trial, key in zip(pair, keys[-2:]):
+            _tell(study, trial, surface.measure(dict(trial.params), rng))
+    assert len(keys) == len(set(keys)), "a config was launched twice"
+    assert all(t.user_attrs[PROPOSED_BY].startswith(("seed ", "gp: ")) for t in study.trials)
+
+
+def test_a_crash_region_is_left():
+    surface = crash_island(SPACE)  # ~93% of the space crashes; a feasible island of three levers
+    trace = simulate_search(SPACE, build_sampler(SPACE, 36, "gp", 1), 40, use_seeds=False, surface=surface)
+    first_feasible = trace.crashed.index(False)
+    later = trace.crashed[first_feasible + 1:]
+    assert len(later) >= 10 and sum(later) <= len(later) // 3, trace.crashed  # random: ~93% crash
+    # the learnt chance to run: the measured crashes' neighbours look likelier to crash than the
+    # feasible configs' neighbours
+    trials = trace.study.trials
+    runs = fit_runs(SPACE, trials)
+    near = {kind: [c for t in trials if (is_feasible(t) if kind == "ok" else not is_feasible(t))
+                   for c in neighbours(SPACE, dict(t.params))[:3]] for kind in ("ok", "crash")}
+    chance = {kind: runs_chances(SPACE, runs, np.array([_coordinates(SPACE, c) for c in configs])).mean()
+              for kind, configs in near.items()}
+    assert chance["ok"] > chance["crash"] + 0.2, chance
+
+
+def test_where_two_levers_pay_only_together_the_gp_beats_the_tpe_default():
+    """The interactions surface (bench/surfaces.py): a pair and a triple that pay only together."""
+    surface = interactions(SPACE, seed=12)
+    target = 0.98 * optimum(SPACE, surface)[0]
+    reached = {name: [evaluations_to_reach(simulate_search(SPACE, build_sampler(SPACE, 36, name, seed), 36,
+                                                           surface=surface, noise_seed=seed, stop_at=target),
+                                           target) for seed in range(5)]
+               for name in ("gp", "tpe")}
+    inside = {name: sum(r is not None for r in runs) for name, runs in reached.items()}
+    assert inside["gp"] >= 4 and inside["gp"] > inside["tpe"], reached
