@@ -67,19 +67,19 @@ def test_after_its_start_the_gp_moves_one_or_two_levers_from_its_best_estimate()
 
 
 def test_the_incumbent_is_the_best_estimate_not_the_luckiest_measurement():
-    """A config measured 6% above a region whose every neighbour measured ~10% lower is a lucky
-    measurement: the GP's incumbent is the config whose neighbourhood agrees it is good."""
+    """A config measured 5% above the best region, whose every neighbour measured ~15% lower, is a
+    lucky measurement: the GP's incumbent is the config whose neighbourhood agrees it is good."""
     rng = random.Random(0)
     base = dict(SPACE.seeds[0].params)
     good = {**base, "nccl_proto": "LL"}
     lucky = {**base, "attention_backend": "torch_native", "nccl_proto": "LL128"}
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
     truth = {}
-    for around, level in ((good, 100.0), (lucky, 90.0)):
+    for around, level in ((good, 100.0), (lucky, 85.0)):
         for config in [around] + [c for c in neighbours(SPACE, around)
                                   if not violated_constraints(SPACE, c)][:10]:
             truth[config_key(config)] = (config, level * rng.uniform(0.98, 1.02))
-    truth[config_key(lucky)] = (lucky, 106.0)  # its one lucky measurement
+    truth[config_key(lucky)] = (lucky, 105.0)  # its one lucky measurement
     for config, value in truth.values():
         study.enqueue_trial(config)
         trial = study.ask()
@@ -126,7 +126,7 @@ def test_a_crash_region_is_left():
                    for c in neighbours(SPACE, dict(t.params))[:3]] for kind in ("ok", "crash")}
     chance = {kind: runs_chances(SPACE, runs, np.array([_coordinates(SPACE, c) for c in configs])).mean()
               for kind, configs in near.items()}
-    assert chance["ok"] > chance["crash"] + 0.2, chance
+    assert chance["ok"] > 2 * chance["crash"], chance
 
 
 def test_where_two_levers_pay_only_together_the_gp_beats_the_tpe_default():
