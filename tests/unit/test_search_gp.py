@@ -139,3 +139,18 @@ def test_where_two_levers_pay_only_together_the_gp_beats_the_tpe_default():
                for name in ("gp", "tpe")}
     inside = {name: sum(r is not None for r in runs) for name, runs in reached.items()}
     assert inside["gp"] >= 4 and inside["gp"] > inside["tpe"], reached
+
+
+def test_a_long_study_fits_on_its_best_and_its_latest_trials():
+    from optuna.trial import TrialState, create_trial
+    from sweeper.search.gp import MAX_ROWS, _capped
+    rows = [create_trial(params={}, distributions={}, value=float(n % 7), state=TrialState.COMPLETE)
+            for n in range(3 * MAX_ROWS)]
+    for n, t in enumerate(rows):
+        t.number = n
+    kept = _capped(rows, lambda t: t.values[0])
+    assert len(kept) == MAX_ROWS and len({t.number for t in kept}) == MAX_ROWS
+    numbers = {t.number for t in kept}
+    assert all(t.number in numbers for t in rows if t.values[0] == 6.0)  # the best
+    assert {t.number for t in rows[-MAX_ROWS // 4:]} <= numbers  # and the latest
+    assert _capped(rows[:10], lambda t: t.values[0]) == rows[:10]
