@@ -254,7 +254,8 @@ def propose(space: Space, trials: Sequence[FrozenTrial], taken: set[str], maximi
     mean, std = model.predict(space, np.array([_coordinates(space, p) for p, _ in cands]))
     # an improvement counts beyond the noise of one measurement: without the margin, moves of levers
     # that do not matter (a true change of ~0, a small std) win on the incumbent's noise
-    gain = mean - best_mean - MARGIN * model.noise
+    # (with few configs that ran, the noise is the prior's guess: no margin, stay near what runs)
+    gain = mean - best_mean - (MARGIN * model.noise if len(feasible) >= START else 0.0)
     z = gain / std
     ei = gain * norm.cdf(z) + std * norm.pdf(z)
     chance = runs_chances(space, runs, np.array([_coordinates(space, p) for p, _ in cands]))
