@@ -117,7 +117,8 @@ def test_a_crash_region_is_left():
     trace = simulate_search(SPACE, build_sampler(SPACE, 36, "gp", 1), 40, use_seeds=False, surface=surface)
     first_feasible = trace.crashed.index(False)
     later = trace.crashed[first_feasible + 1:]
-    assert len(later) >= 10 and sum(later) <= len(later) // 3, trace.crashed  # random: ~93% crash
+    # random search crashes in ~93% of its launches here; a search that left the region, in at most half
+    assert len(later) >= 10 and sum(later) <= len(later) // 2, trace.crashed
     # the learnt chance to run: the measured crashes' neighbours look likelier to crash than the
     # feasible configs' neighbours
     trials = trace.study.trials
