@@ -1,13 +1,14 @@
 """Gaussian-process proposals for a categorical space (a local Bayesian optimisation, after
 CASMOPOLITAN): a GP over log(objective) with an exponentiated Hamming kernel (one length per lever,
-fitted by marginal likelihood), expected improvement over the best posterior mean among the
-measured configs, times the config's chance to run (search/model.py's per-value crash odds).
+fitted by marginal likelihood), expected improvement (beyond one noise std) over the best posterior
+mean among the measured configs, times the config's chance to run (a second GP, over ran/crashed).
 
 Why a GP: the kernel is a product over levers, so it carries interactions an additive model cannot
 (two levers that pay only together); its noise term makes the incumbent the best *estimate*, not
 the luckiest measurement; fitted lengths tell the levers that matter from those that do not. The
 candidates are the neighbours (one and two levers away) of the best estimated configs plus random
-ones, so it climbs where it knows and explores where all looks alike (a plateau).
+ones, so it climbs where it knows; where nothing stands out of the noise (a plateau) it spreads out.
+bench/README.md (search_family.py) has the measurements that chose each piece.
 Pure (numpy, scipy.optimize): the trials in, a config and why out."""
 
 from __future__ import annotations
