@@ -85,7 +85,9 @@ def test_show_watch_follows_a_running_sweep_from_another_process(cli):
         for proc in (controller, watcher):
             if proc and proc.poll() is None:
                 os.kill(proc.pid, signal.SIGINT)
-                proc.wait(60)
+                # read its pipes while it ends: a traceback longer than a pipe's 64 KiB (rich's are)
+                # would otherwise block its last write and it would never exit
+                proc.communicate(timeout=60)
 
 
 def server_starting(workdir, study):
