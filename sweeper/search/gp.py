@@ -67,6 +67,11 @@ def _distances(space: Space, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(nan_x & nan_y, 0.0, np.where(nan_x | nan_y, 1.0, d))
 
 
+def _kernel(lengths: np.ndarray, signal: float, d: np.ndarray) -> np.ndarray:
+    """The exponentiated Hamming kernel at per-lever distances d (levers, n, m)."""
+    return signal ** 2 * np.exp(-np.tensordot(1 / lengths, d, axes=1))
+
+
 @dataclass(frozen=True)
 class GP:
     lengths: np.ndarray
@@ -77,12 +82,9 @@ class GP:
     alpha: np.ndarray
     chol: np.ndarray
 
-    def kernel(self, d: np.ndarray) -> np.ndarray:
-        return self.signal ** 2 * np.exp(-np.tensordot(1 / self.lengths, d, axes=1))
-
     def predict(self, space: Space, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean (log objective) and std of the true value at each row of coords."""
-        k = self.kernel(_distances(space, coords, self.x))
+        k = _kernel(self.lengths, self.signal, _distances(space, coords, self.x))
         mean = self.offset + k @ self.alpha
         v = np.linalg.solve(self.chol, k.T)
         var = np.maximum(self.signal ** 2 - np.sum(v ** 2, axis=0), 1e-12)
@@ -132,7 +134,7 @@ def _fit(space: Space, x: np.ndarray, y: np.ndarray, noise_prior: tuple[float, f
                       bounds=bounds, options={"maxiter": 200})
     theta = result.x
     lengths, signal, noise = np.exp(theta[:levers]), math.exp(theta[levers]), math.exp(theta[levers + 1])
-    k = signal ** 2 * np.exp(-np.tensordot(1 / lengths, d, axes=1)) + noise ** 2 * np.eye(len(y))
+    k = _kernel(lengths, signal, d) + noise ** 2 * np.eye(len(y))
     chol = np.linalg.cholesky(k)
     alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, y))
     return GP(lengths, signal, noise, offset, x, alpha, chol)

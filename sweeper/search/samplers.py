@@ -48,15 +48,15 @@ def model_explorer(space: Space, seed: int | None, propose=None):
     """Exploration by `propose` (default: a Thompson draw of search/model.py's additive model) of
     every trial so far."""
     def explore(study: optuna.Study, taken: set[str]) -> Move | None:
-        nonlocal propose
-        if propose is None:
-            from sweeper.search.model import propose
+        from sweeper.search.model import propose as thompson_draw
+
+        proposer = propose or thompson_draw
         if len(study.directions) > 1:
             return None
         trials = study.get_trials(deepcopy=False)
         done = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
         maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-        proposal = propose(space, done, taken, maximize, f"{seed}-{len(trials)}")
+        proposal = proposer(space, done, taken, maximize, f"{seed}-{len(trials)}")
         return None if proposal is None else Move(proposal.params, proposal.why)
     return explore
 
