@@ -36,7 +36,10 @@ RANDOM_CANDIDATES = 300
 PAIR_CANDIDATES = 300  # two-lever moves sampled around the best estimates
 NOISE_BOUNDS = (0.005, 0.5)  # std of one measurement on log(objective): 0.5%..50%
 NOISE_PRIOR = (math.log(0.03), 1.0)  # log-normal: a real launch's spread is 2-5%
-RUNS_NOISE_PRIOR = (math.log(0.3), 1.0)  # ran/crashed labels (+-1): some slack for combinations
+# ran/crashed labels (+-1): a config's fate is nearly fixed. Up to 2.0, the fit called the one config
+# that ran among 15 crashes noise (every config ~9% to run) and the search crashed 39 times of 40
+RUNS_NOISE_PRIOR = (math.log(0.1), 1.0)
+RUNS_NOISE_BOUNDS = (0.05, 0.3)
 LENGTH_PRIOR = (math.log(3.0), 1.0)  # per lever, in units of one lever's full change
 LENGTH_BOUNDS = (0.2, 50.0)
 
@@ -171,7 +174,7 @@ def fit_runs(space: Space, trials: Sequence[FrozenTrial]) -> GP | None:
     if len(set(labels)) < 2:
         return None
     x = np.array([_coordinates(space, t.params) for t in rows])
-    return _fit(space, x, labels, RUNS_NOISE_PRIOR, (0.05, 2.0))
+    return _fit(space, x, labels, RUNS_NOISE_PRIOR, RUNS_NOISE_BOUNDS)
 
 
 def runs_chances(space: Space, model: GP | None, coords: np.ndarray) -> np.ndarray:
