@@ -3,6 +3,7 @@ values. Pure: it reads the study object and returns data; the formatters turn it
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -190,6 +191,37 @@ def build_timeline(study: optuna.Study, frame) -> list[TimelineRow]:
         rows.append(TimelineRow(t.number, (t.datetime_start - origin).total_seconds(), ordered,
                                 _outcome(t, rows_by_trial.get(t.number)), t.user_attrs.get("proposed_by", "")))
     return rows
+
+
+def strategy_of(proposed_by: str) -> str:
+    """A `proposed_by` label without its particulars, so trials of one strategy group:
+    "gp: 1 lever from trial 12 (expected +3.1% ...)" -> "gp: 1 lever from trial N"; "seed x" -> "seed"."""
+    head = proposed_by.split(" (")[0].strip()
+    if head.startswith("seed "):
+        return "seed"
+    return re.sub(r"\btrial \d+", "trial N", head) or "-"
+
+
+@dataclass(frozen=True)
+class StrategyBudget:
+    strategy: str
+    trials: list[int]
+    ran: int  # measured without a failure
+    failed: int  # a failure of any kind, rules and SLOs included
+    duplicates: int  # free: the measurement of an identical config was copied
+
+
+def build_budget_by_strategy(timeline: list[TimelineRow]) -> list[StrategyBudget]:
+    """How the search spent its trials: per strategy, in the order each first proposed one."""
+    groups: dict[str, list[TimelineRow]] = {}
+    for row in timeline:
+        groups.setdefault(strategy_of(row.proposed_by), []).append(row)
+    out = []
+    for strategy, rows in groups.items():
+        duplicates = sum(r.outcome.startswith("duplicate of") for r in rows)
+        ran = sum(r.outcome == "ok" for r in rows)
+        out.append(StrategyBudget(strategy, [r.trial for r in rows], ran, len(rows) - ran - duplicates, duplicates))
+    return out
 
 
 def build_stage_totals(timeline: list[TimelineRow]) -> dict[str, float]:

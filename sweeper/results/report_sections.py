@@ -11,7 +11,7 @@ from typing import Any
 from sweeper.levels import is_rate, short_level
 from sweeper.outcomes import CAPACITY_METRIC
 from sweeper.results.gap import GapToTarget, format_gap_lines
-from sweeper.results.report_data import PERCENTILES, ReportData
+from sweeper.results.report_data import PERCENTILES, ReportData, build_budget_by_strategy
 
 
 @dataclass(frozen=True)
@@ -198,8 +198,16 @@ def build_timeline_section(data: ReportData) -> Section:
     per_trial = Table(["trial", "start (s)", *data.stage_totals, "outcome", "proposed by"],
                       [[str(r.trial), fmt(r.start_s, 1), *[fmt(r.stage_seconds.get(s), 2) for s in data.stage_totals],
                         r.outcome, r.proposed_by or "-"] for r in data.timeline])
-    text = f"{fmt(total, 1)} wall seconds in trial stages over {len(data.timeline)} trials."
-    return Section("timeline", "Timeline of the sweep: where the time went", [text], [totals, per_trial],
+    text = [f"{fmt(total, 1)} wall seconds in trial stages over {len(data.timeline)} trials. The first table: "
+            f"how the search spent them, by each trial's `proposed_by` without its particulars."]
+    budget = build_budget_by_strategy(data.timeline)
+    by_strategy = Table(["proposed by", "trials", "ran", "failed", "duplicates (free)", "which"],
+                        [[b.strategy, str(len(b.trials)), str(b.ran), str(b.failed), str(b.duplicates),
+                          ", ".join(map(str, b.trials))] for b in budget])
+    proposer = {r.trial: r.proposed_by for r in data.timeline}
+    if data.top and proposer.get(data.top[0].trial):
+        text.append(f"The best, trial {data.top[0].trial}, was proposed by: {proposer[data.top[0].trial]}.")
+    return Section("timeline", "Timeline of the sweep: where the time went", text, [by_strategy, totals, per_trial],
                    figure="timeline")
 
 

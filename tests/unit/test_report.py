@@ -22,7 +22,7 @@ from sweeper.results.gap import build_gap_to_target, format_gap_lines, needed_st
 from sweeper.results.importance import MIN_TRIALS, build_param_importances
 from sweeper.results.ranking import best_ranked_trial, ranked_frame
 from sweeper.results.report import build_report, write_report
-from sweeper.results.report_data import build_report_data, pareto_front
+from sweeper.results.report_data import build_budget_by_strategy, build_report_data, pareto_front
 
 SPACE_TEXT = """\
 name: t
@@ -216,3 +216,24 @@ def test_report_of_a_study_without_results_still_builds():
     report = build_report(study)
     assert len(_pngs(report.html)) == 7 and "Gap to target" not in report.html
     assert "Ablation" not in report.html and "needs at least" in report.html
+
+
+def test_the_report_says_how_the_search_spent_its_trials():
+    s = make_study()
+    lever = "gp: 1 lever from trial {} (expected +3.1% on trial {}'s estimate, 96% to run)"
+    fixed(s, {"tp": 8, "graphs": False, "max_bs": 16, "proto": "1"}, 24.0, {16: level(24.0)},
+          proposed_by="seed case-study-baseline")
+    fixed(s, {"tp": 8, "graphs": False, "max_bs": 8, "proto": "0"}, 26.0, {16: level(26.0)},
+          proposed_by=lever.format(0, 0))
+    fixed(s, {"tp": 8, "graphs": True, "proto": "0"}, 0.0, {}, proposed_by=lever.format(1, 1),
+          failure={"stage": "wait_ready", "kind": "oom", "message": "CUDA out of memory", "log_tail": ""})
+    fixed(s, {"tp": 4, "graphs": True, "proto": "1"}, 20.0, {16: level(20.0)},
+          proposed_by="gp: exploration (expected -2.0% on trial 1's estimate, 90% to run)")
+    fixed(s, {"tp": 8, "graphs": False, "max_bs": 8, "proto": "0"}, 26.0, {}, duplicate_of=1, launched=False,
+          proposed_by="gp: exploration (expected +0.1% on trial 1's estimate, 99% to run)")
+    budget = build_budget_by_strategy(build_report_data(s).timeline)
+    assert [(b.strategy, b.trials, b.ran, b.failed, b.duplicates) for b in budget] == [
+        ("seed", [0], 1, 0, 0), ("gp: 1 lever from trial N", [1, 2], 1, 1, 0), ("gp: exploration", [3, 4], 1, 0, 1)]
+    report = build_report(s)
+    assert "The best, trial 1, was proposed by: gp: 1 lever from trial 0" in report.markdown
+    assert "gp: 1 lever from trial N" in report.html
