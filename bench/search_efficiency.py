@@ -5,7 +5,7 @@ of the model's exact optimum, and the evaluations spent on configs that crash. S
 (the order a Cartesian sweep takes), random, plain TPE that records crashes as FAIL (what most
 Optuna-based tuners do), and sweeper's default (auto sampler, seeds first, crashes infeasible).
 
-    python bench/search_efficiency.py [SPACE] [--seeds 20] [--cap 400]
+    python bench/search_efficiency.py [SPACE] [--seeds 20] [--cap 400] [--only "sweeper default"]
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--cap", type=int, default=400, help="evaluations before a search gives up")
     parser.add_argument("--within", type=float, default=0.02)
+    parser.add_argument("--only", nargs="*", help="these strategies (the ratios need all of them)")
     args = parser.parse_args()
     space = load_space(Path(args.space))
     optimum = best_config(space).value
@@ -50,6 +51,8 @@ def main() -> None:
     print("|---|---|---|---|")
     medians = {}
     for name, make in strategies(space, space.budget.trials).items():
+        if args.only and name not in args.only:
+            continue
         needed, crashes = [], []
         for seed in range(1 if name == "grid" else args.seeds):
             sampler, crash_as_fail, use_seeds = make(seed)
@@ -61,6 +64,8 @@ def main() -> None:
         reached_count = sum(n <= args.cap for n in needed)
         shown = f"{medians[name]:.0f}" if medians[name] <= args.cap else f">{args.cap}"
         print(f"| {name} | {shown} | {reached_count}/{len(needed)} | {statistics.median(crashes):.0f} |")
+    if {"sweeper default", "grid", "random"} - set(medians):
+        return
     default = medians["sweeper default"]
     print(f"sweeper default / grid = {default / medians['grid']:.2f} (goal <= 0.25); "
           f"/ random = {default / medians['random']:.2f} (goal <= 0.60)")
