@@ -195,10 +195,13 @@ def build_timeline(study: optuna.Study, frame) -> list[TimelineRow]:
 
 def strategy_of(proposed_by: str) -> str:
     """A `proposed_by` label without its particulars, so trials of one strategy group:
-    "gp: 1 lever from trial 12 (expected +3.1% ...)" -> "gp: 1 lever from trial N"; "seed x" -> "seed"."""
+    "gp: 1 lever from trial 12 (expected +3.1% ...)" -> "gp: 1 lever from trial N"; "seed x" -> "seed";
+    `local`'s "tp_size=4, ep_size=2 from trial 7" -> "2 levers from trial N"."""
     head = proposed_by.split(" (")[0].strip()
     if head.startswith("seed "):
         return "seed"
+    head = re.sub(r"\w+=[^\s,]+(?:, \w+=[^\s,]+)*",
+                  lambda m: f"{m[0].count('=')} lever{'s' if m[0].count('=') > 1 else ''}", head)
     return re.sub(r"\btrial \d+", "trial N", head) or "-"
 
 

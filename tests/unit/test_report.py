@@ -22,7 +22,7 @@ from sweeper.results.gap import build_gap_to_target, format_gap_lines, needed_st
 from sweeper.results.importance import MIN_TRIALS, build_param_importances
 from sweeper.results.ranking import best_ranked_trial, ranked_frame
 from sweeper.results.report import build_report, write_report
-from sweeper.results.report_data import build_budget_by_strategy, build_report_data, pareto_front
+from sweeper.results.report_data import build_budget_by_strategy, build_report_data, pareto_front, strategy_of
 
 SPACE_TEXT = """\
 name: t
@@ -237,3 +237,17 @@ def test_the_report_says_how_the_search_spent_its_trials():
     report = build_report(s)
     assert "The best, trial 1, was proposed by: gp: 1 lever from trial 0" in report.markdown
     assert "gp: 1 lever from trial N" in report.html
+
+
+@pytest.mark.parametrize("label, strategy", [
+    ("seed case-study-baseline", "seed"),
+    ("gp: space-filling start", "gp: space-filling start"),
+    ("gp: nothing ran yet; likeliest to run (14%)", "gp: nothing ran yet; likeliest to run"),
+    ("gp: 2 levers from trial 12 (expected +3.1% on trial 12's estimate, 96% to run)", "gp: 2 levers from trial N"),
+    ("tp_size=4 from trial 3", "1 lever from trial N"),
+    ("tp_size=4, ep_size=2 from trial 17 (levers that came closest)", "2 levers from trial N"),
+    ("retry of trial 7", "retry of trial N"),
+    ("", "-"),
+])
+def test_a_strategy_is_its_label_without_particulars(label, strategy):
+    assert strategy_of(label) == strategy
