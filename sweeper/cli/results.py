@@ -17,7 +17,7 @@ from sweeper.errors import UserError
 from sweeper.results.show import build_best_record, build_show_record, format_show
 from sweeper.results.table import format_leaderboard_table
 from sweeper.search.stored import parse_stored_space
-from sweeper.search.study import load_study
+from sweeper.search.study import load_study, open_study_storage
 
 
 def leaderboard(
@@ -69,7 +69,8 @@ def show(
 ) -> None:
     """Trials by state, the best so far, and what is running."""
     with user_errors():
-        optuna_study = load_study(study, results, storage)
+        rdb = open_study_storage(study, results, storage)  # one for every refresh: no engine per poll
+        optuna_study = optuna.load_study(study_name=study, storage=rdb)
         if as_json:
             typer.echo(json.dumps(build_show_record(optuna_study), default=jsonable))
             return
@@ -77,7 +78,7 @@ def show(
             console.print(format_show(optuna_study))
             return
         try:
-            watch_show(optuna_study, lambda: load_study(study, results, storage), interval)
+            watch_show(optuna_study, lambda: optuna.load_study(study_name=study, storage=rdb), interval)
         except KeyboardInterrupt:
             pass
 

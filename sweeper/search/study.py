@@ -182,14 +182,19 @@ def study_servers(study: optuna.Study, host_name: str) -> list[ServerProcess]:
             if t.user_attrs.get("process", {}).get("host") == host_name]
 
 
-def load_study(name: str, results_dir: Path, storage: str | None) -> optuna.Study:
+def open_study_storage(name: str, results_dir: Path, storage: str | None) -> optuna.storages.RDBStorage:
+    """The storage that holds the study `name`; a UserError where it does not."""
     url = storage_url(results_dir, name, storage)
     if storage is None and not Path(url.removeprefix("sqlite:///")).exists():
         raise UserError(f"no study {name!r} under {results_dir} (looked for {url.removeprefix('sqlite:///')})")
     rdb = open_storage(url)
     if not study_exists(rdb, name):
         raise UserError(f"no study named {name!r} in {redact_url(url)}")
-    return optuna.load_study(study_name=name, storage=rdb)
+    return rdb
+
+
+def load_study(name: str, results_dir: Path, storage: str | None) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=open_study_storage(name, results_dir, storage))
 
 
 # ---------------------------------------------------------------- the controller lock
