@@ -6,7 +6,7 @@ default now: search/gp.py): over N sampler seeds, the
 median number of real evaluations until a config within 2% of the surface's optimum has been
 measured (true value; the search sees noisy ones), and how many seeds get there inside 36.
 
-    cd bench && nice -n 10 ../.venv/bin/python search_family.py [SPACE] [--seeds 20] [--cap 60] [--jobs 2]
+    cd bench && nice -n 10 ../.venv/bin/python search_family.py [SPACE] [--seeds 20] [--first-seed 0] [--cap 60] [--jobs 2]
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ def strategies(space, budget):
     }
 
 
-def needed(space, surface, make, seeds: int, cap: int, use_seeds: bool, target: float) -> list[int]:
+def needed(space, surface, make, seeds: range, cap: int, use_seeds: bool, target: float) -> list[int]:
     counts = []
-    for seed in range(seeds):
+    for seed in seeds:
         trace = simulate_search(space, make(seed), cap, use_seeds=use_seeds, surface=surface,
                                 noise_seed=seed, stop_at=target)
         reached = evaluations_to_reach(trace, target)
@@ -60,6 +60,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("space", nargs="?", default="../search_spaces/demo-sim.yaml")
     parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="sampler (and noise) seeds FIRST..FIRST+SEEDS-1: seeds a variant was not chosen on")
     parser.add_argument("--cap", type=int, default=60, help="evaluations before a search gives up")
     parser.add_argument("--surfaces", nargs="*", default=list(FAMILY))
     parser.add_argument("--only", nargs="*", default=["grid", "random", "old default (tpe)", "previous auto (local)",
@@ -69,7 +71,7 @@ def main() -> None:
     args = parser.parse_args()
     space = load_space(Path(args.space))
     runs = {k: v for k, v in strategies(space, space.budget.trials).items() if not args.only or k in args.only}
-    print(f"{args.space}: {args.seeds} seeds, cap {args.cap}; cell = median evaluations to within 2% "
+    print(f"{args.space}: {args.seeds} seeds from {args.first_seed}, cap {args.cap}; cell = median evaluations to within 2% "
           f"(seeds inside {INSIDE})")
     print("| surface | noise | within 2% / allowed configs | seeds | " + " | ".join(runs) + " |")
     print("|---|---|---|---|" + "---|" * len(runs))
@@ -90,8 +92,8 @@ def row(args, surface_name: str, use_seeds: bool) -> str:
     runs = {k: v for k, v in strategies(space, space.budget.trials).items() if not args.only or k in args.only}
     surface = family(space, [surface_name])[0]
     best, near, allowed = optimum(space, surface)
-    cells = [cell(needed(space, surface, make, 1 if name == "grid" else args.seeds, args.cap,
-                         use_seeds, 0.98 * best), args.cap) for name, make in runs.items()]
+    cells = [cell(needed(space, surface, make, range(args.first_seed, args.first_seed + (1 if name == "grid" else args.seeds)),
+                         args.cap, use_seeds, 0.98 * best), args.cap) for name, make in runs.items()]
     return (f"| {surface.name} | {surface.noise:.0%} | {near}/{allowed} | {'yes' if use_seeds else 'no'} | "
             + " | ".join(cells) + " |")
 
