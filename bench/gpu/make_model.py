@@ -3,6 +3,8 @@ Hugging Face folder that `transformers serve FOLDER` loads with no download.
 
     python3 bench/gpu/make_model.py /tmp/sweeper-model                    # ~0.46 B, 8 layers
     python3 bench/gpu/make_model.py /tmp/tiny --layers 2 --hidden 64 --experts 4 --dtype float32
+    python3 bench/gpu/make_model.py /tmp/llama --arch llama --layers 16 --hidden 1536 \
+        --vocab 24000 --pad-to 24064 --eos         # issue 29's held-out shape: a dense 0.6 B Llama
 
 The generation config has no eos_token_id: `transformers serve` rejects `ignore_eos`, and a random
 model would otherwise stop early now and then (about once per vocabulary-size tokens), so requests
@@ -55,16 +57,23 @@ def build_tokenizer(folder: Path, vocab_size: int, seed: int):
     return fast
 
 
-def build_config(args: argparse.Namespace, vocab_size: int, pad_id: int):
-    from transformers import Qwen3MoeConfig
+def build_config(args: argparse.Namespace, vocab_size: int, pad_id: int, eos_id: int | None = None):
+    from transformers import LlamaConfig, Qwen3MoeConfig
 
     heads = max(args.hidden // 64, 1)
+    if args.arch == "llama":
+        return LlamaConfig(
+            vocab_size=vocab_size, hidden_size=args.hidden, num_hidden_layers=args.layers,
+            num_attention_heads=heads, num_key_value_heads=max(heads // 4, 1), head_dim=args.hidden // heads,
+            intermediate_size=args.hidden * 4, max_position_embeddings=4096, pad_token_id=pad_id,
+            bos_token_id=None, eos_token_id=eos_id, tie_word_embeddings=False,
+        )
     return Qwen3MoeConfig(
         vocab_size=vocab_size, hidden_size=args.hidden, num_hidden_layers=args.layers,
         num_attention_heads=heads, num_key_value_heads=max(heads // 4, 1), head_dim=args.hidden // heads,
         intermediate_size=args.hidden * 3, moe_intermediate_size=args.hidden // 2,
         num_experts=args.experts, num_experts_per_tok=min(args.active, args.experts),
-        max_position_embeddings=4096, pad_token_id=pad_id, bos_token_id=None, eos_token_id=None,
+        max_position_embeddings=4096, pad_token_id=pad_id, bos_token_id=None, eos_token_id=eos_id,
         tie_word_embeddings=False,
     )
 
@@ -72,6 +81,9 @@ def build_config(args: argparse.Namespace, vocab_size: int, pad_id: int):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
+    parser.add_argument("--arch", choices=("qwen3_moe", "llama"), default="qwen3_moe")
+    parser.add_argument("--eos", action="store_true",
+                        help="set the eos token (<|im_end|>): a server that honours ignore_eos runs to max_tokens anyway")
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--experts", type=int, default=32)
@@ -93,15 +105,17 @@ def main() -> None:
     if args.pad_to > len(tokenizer):
         tokenizer.add_tokens([f"<|unused_{i}|>" for i in range(args.pad_to - len(tokenizer))], special_tokens=True)
         tokenizer.save_pretrained(str(args.out))
-    config = build_config(args, len(tokenizer), tokenizer.pad_token_id)
+    eos_id = tokenizer.eos_token_id if args.eos else None
+    config = build_config(args, len(tokenizer), tokenizer.pad_token_id, eos_id)
     torch.manual_seed(args.seed)
     with torch.device("cuda" if torch.cuda.is_available() else "cpu"):  # random init is faster there
         model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, args.dtype))
-    model.generation_config = GenerationConfig(pad_token_id=tokenizer.pad_token_id, eos_token_id=None,
+    model.generation_config = GenerationConfig(pad_token_id=tokenizer.pad_token_id, eos_token_id=eos_id,
                                                bos_token_id=None, do_sample=False)
     model.save_pretrained(str(args.out))
     params = sum(p.numel() for p in model.parameters())
-    summary = {"params": params, "vocab": len(tokenizer), "layers": args.layers, "hidden": args.hidden,
+    summary = {"arch": args.arch, "eos": eos_id, "params": params, "vocab": len(tokenizer), "layers": args.layers,
+               "hidden": args.hidden,
                "experts": args.experts, "active": args.active, "dtype": args.dtype,
                "seconds": round(time.monotonic() - started, 1)}
     (args.out / "sweeper_model.json").write_text(json.dumps(summary, indent=2))

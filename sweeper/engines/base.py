@@ -53,6 +53,10 @@ class EngineInfo:
     # the flags whose values multiply into the GPUs a launch uses (TP x DP x PP), each factor with
     # its spellings; empty: the engine does not say (per-GPU metrics need the space's `gpus:`)
     parallel_flags: Sequence[Sequence[str]] = field(default_factory=tuple)
+    # how its closed-loop levels are measured under `workload.measure: auto`: steady (a window at
+    # the target concurrency, sent until its CI is narrow: a real server's rate moves with what
+    # its CPU and GPU are doing) or rounds (fixed runs: the simulator's model is its own referee)
+    measure: str = "steady"
 
 
 def gpus_in_argv(argv: Sequence[str], parallel_flags: Sequence[Sequence[str]]) -> int | None:

@@ -13,7 +13,7 @@ TIME_SCALE_FLAG = "--time-scale"
 
 
 class SimEngine(SGLangEngine):
-    info = replace(SGLANG_INFO, name="sim")
+    info = replace(SGLANG_INFO, name="sim", measure="rounds")
     module = "sweeper.sim"
     distribution = "sweeper"
 

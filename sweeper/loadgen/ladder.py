@@ -25,7 +25,7 @@ from sweeper.loadgen.metrics import (MAX_CLIENT_LAG_P99_MS, achieved_arrival_rat
                                      spoiled_by_client, summarize_level)
 from sweeper.loadgen.onhost import controller_runner
 from sweeper.loadgen.pinning import client_apart
-from sweeper.loadgen.precision import PrecisionStop, estimate_of_run
+from sweeper.loadgen.precision import PrecisionStop, estimate_of_run, ramp_end
 from sweeper.loadgen.probe import LevelProbe, cache_fields, flush_refused_note, token_count_fields
 from sweeper.loadgen.vocab import DEFAULT_VOCAB_SIZE
 from sweeper.loadgen.workload import (arrival_offsets_s, build_prompt_texts, build_prompt_token_ids,
@@ -52,7 +52,7 @@ RECORD_KEYS = (
     "prompts_sent_as", "dataset_records_reused", "level_notes",
     "cache_flushed", "prefix_cache_hit_rate", "prefix_cache_hit_tokens", "prefix_cache_query_tokens",
     "output_throughput_ci_low", "output_throughput_ci_high", "batches", "precision_reached", "warmup_dropped_s",
-    "steady_requests",
+    "steady_requests", "ramp_s", "drain_s", "window_s",
     "valid", "invalid_reason",
 )
 
@@ -92,6 +92,9 @@ class LoadPlan:
     precision: float | None = None  # relative CI half-width a closed-loop run sends until
     max_seconds: float | None = None  # its caps (modelled s; DEFAULT_MAX_SECONDS when both unset)
     max_requests: int | None = None
+    # a precise run's first C requests ask for staggered lengths (precision.py "Ramp-up"); False:
+    # all C start alike (a burst), as vllm bench serve's closed loop does
+    stagger: bool = True
 
     @classmethod
     def from_workload(cls, workload: Workload, options: StreamOptions, time_scale: float = 1.0,
@@ -113,8 +116,8 @@ class LoadPlan:
                    output_dist=length_distribution(workload.output_len),
                    shared_prefix=(workload.shared_prefix.tokens, workload.shared_prefix.groups)
                    if workload.shared_prefix else None, probe=probe,
-                   precision=workload.precision, max_seconds=workload.max_seconds,
-                   max_requests=workload.max_requests)
+                   precision=workload.level_precision, max_seconds=workload.max_seconds,
+                   max_requests=workload.max_requests, stagger=workload.ramp == "stagger")
 
     @property
     def levels(self) -> tuple[Level, ...]:
@@ -339,7 +342,22 @@ def _run_prompts(plan: LoadPlan, concurrency: int, seed: int, draw: RecordDraw |
         return made(plan.requests_at(concurrency), seed)
     chunk = 4 * concurrency
     stream = itertools.chain.from_iterable(made(chunk, seed + 7919 * i) for i in itertools.count())
+    if plan.stagger:
+        stream = itertools.chain(staggered(plan, list(itertools.islice(stream, concurrency))), stream)
     return stream if plan.max_requests is None else itertools.islice(stream, plan.max_requests)
+
+
+def staggered(plan: LoadPlan, prompts: list[Prompt]) -> list[dict]:
+    """A closed loop's first requests (one per worker) with lengths spread evenly below their own:
+    request i of n asks for (i+1)/n of it, so the workers' next requests start one by one rather
+    than all at once (precision.py "Ramp-up")."""
+    n = len(prompts)
+    out = []
+    for i, prompt in enumerate(prompts):
+        body = dict(prompt) if isinstance(prompt, dict) else {"prompt": prompt}
+        full = body.get("max_tokens") or plan.output_len
+        out.append({**body, "max_tokens": max(1, round(full * (i + 1) / n))})
+    return out
 
 
 def summarize_run(plan: LoadPlan, concurrency: int, run: LevelRun, until: PrecisionStop | None = None
@@ -364,9 +382,10 @@ def precision_fields(plan: LoadPlan, run: LevelRun, until: PrecisionStop) -> dic
     # stopped for precision: the estimate it judged (the data after it, to the stop, changes the
     # truncation and batches a little and could tip a borderline level either way)
     estimate = until.estimate if until.reason == "precision" and until.estimate else None
+    stopped = run.stopped_at if run.stopped_at is not None else run.end
+    ramped = until.ramp_end or ramp_end(run.samples, until.concurrency) or run.start
     if estimate is None:
-        stopped = run.stopped_at if run.stopped_at is not None else run.end
-        estimate = estimate_of_run(run.samples, run.start, stopped, plan.time_scale)
+        estimate = estimate_of_run(run.samples, ramped, stopped, plan.time_scale)
     reached = estimate.precise(plan.precision or 0.0)
     fields: dict[str, Any] = {
         "output_throughput_ci_low": estimate.ci_low,
@@ -376,12 +395,17 @@ def precision_fields(plan: LoadPlan, run: LevelRun, until: PrecisionStop) -> dic
         "precision": plan.precision,
         "precision_half_width": estimate.relative_half_width,
         "warmup_dropped_s": estimate.warmup_dropped_s,
+        # the parts of the run left out of the window, in modelled s: the first C requests, the
+        # requests in flight after the stop
+        "ramp_s": (ramped - run.start) / plan.time_scale,
+        "drain_s": (run.end - stopped) / plan.time_scale,
+        "window_s": estimate.window_s,
         "stopped_by": until.reason or "prompts",
     }
     if estimate.batches:
         fields["output_throughput"] = estimate.value
         # the latencies of the same steady state: requests sent after the warm-up MSER dropped
-        cut = run.start + estimate.warmup_dropped_s * plan.time_scale
+        cut = ramped + estimate.warmup_dropped_s * plan.time_scale
         if steady := [s for s in run.samples if s.ok and s.start >= cut]:
             fields.update(latency_fields(steady, plan.time_scale), steady_requests=len(steady))
     if not reached:

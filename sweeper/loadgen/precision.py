@@ -8,6 +8,13 @@ Method (README "Precision-driven levels"):
   start to the moment it stopped sending (the drain after that, with fewer requests in flight, is
   left out). While the level runs only windows before the earliest send still in flight are used:
   all their tokens are in completed requests.
+- Ramp-up: a closed loop's first C requests (its ramp) are left out of the window: it starts when
+  the last of them ended (ramp_end). A run that starts with staggered lengths (ladder.py's
+  `ramp: stagger`: request i of the first C asks for (i+1)/C of the output length) leaves its
+  workers' phases spread evenly over one request, so from there on requests end and start a few at
+  a time instead of in synchronized waves of C (on vLLM at C=128 a wave of 128 equal requests made
+  a level's value depend on how each wave split: bench/gpu/README.md, "Where the variance
+  comes from").
 - Warm-up: MSER-5 (White 1997): the windows are grouped by 5 (one MSER batch is about one round
   of the closed loop) and the prefix of d batches that minimises the MSER statistic
   sum((z_j - mean)^2 over the rest) / (rest)^2 is dropped, searched over d <= half the batches.
@@ -50,6 +57,7 @@ class SteadyEstimate:
     ci_high: float
     batches: int
     warmup_dropped_s: float
+    window_s: float = 0.0  # the steady window the batches span (modelled s)
 
     @property
     def relative_half_width(self) -> float:
@@ -99,11 +107,22 @@ def batch_means_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> t
     return mean, mean - half, mean + half
 
 
+def ramp_end(samples: Sequence, concurrency: int) -> float | None:
+    """When a closed loop's ramp ended: the end of the last of its first `concurrency` requests
+    (each worker's first; they are the requests sent before the first one ended). None until all
+    of them ended (samples: the completed ones, in any order)."""
+    if not samples:
+        return None
+    first_end = min(s.end for s in samples)
+    ramp = [s.end for s in samples if s.start < first_end]
+    return max(ramp) if len(ramp) >= concurrency else None
+
+
 def steady_estimate(times: Sequence[float], tokens: Sequence[float], latencies: Sequence[float],
                     start: float, stop: float, time_scale: float = 1.0) -> SteadyEstimate:
     """The steady-state estimate of a closed-loop run's output tok/s from its token arrivals
-    (times, tokens), wall times in, modelled tok/s out (a simulator's clock runs time_scale times
-    slower)."""
+    (times, tokens) between start (the ramp's end) and stop (the drain's start), wall times in,
+    modelled tok/s out (a simulator's clock runs time_scale times slower)."""
     if not latencies:
         return SteadyEstimate(math.nan, math.nan, math.nan, 0, 0.0)
     width = float(np.median(latencies)) / WINDOWS_PER_ROUND
@@ -120,11 +139,12 @@ def steady_estimate(times: Sequence[float], tokens: Sequence[float], latencies: 
     batches = steady[skip:].reshape(count, size).sum(axis=1) / (size * MSER_BATCH * width / time_scale)
     mean, low, high = batch_means_ci(batches)
     warmup_s = (dropped + skip) * MSER_BATCH * width / time_scale
-    return SteadyEstimate(mean, low, high, count, warmup_s)
+    return SteadyEstimate(mean, low, high, count, warmup_s, count * size * MSER_BATCH * width / time_scale)
 
 
 def estimate_of_run(samples: Sequence, start: float, stop: float, time_scale: float = 1.0) -> SteadyEstimate:
-    """steady_estimate over a run's completed samples (RequestSample)."""
+    """steady_estimate over a run's completed samples (RequestSample) from `start` (the ramp's
+    end) to `stop`."""
     done = [s for s in samples if s.ok]
     times = [t for s in done for t in s.chunk_times]
     tokens = [n for s in done for n in s.chunk_tokens]
@@ -147,6 +167,7 @@ class PrecisionStop:
         self.estimate: SteadyEstimate | None = None  # the last one judged
         self._judged_at = 0
         self._judged_when = 0.0
+        self.ramp_end: float | None = None  # wall s; known once the ramp's requests all ended
         # the arrivals so far, grown by the samples completed since the last judgement (the
         # samples list only grows): flattening them all each time cost ~15 ms at 1,000 requests
         self._times: list[float] = []
@@ -169,8 +190,11 @@ class PrecisionStop:
                     self._tokens.extend(sample.chunk_tokens)
                     self._latencies.append(sample.latency)
             self._judged_at = len(samples)
-            self.estimate = steady_estimate(self._times, self._tokens, self._latencies, start, settled,
-                                            self.time_scale)
-            if self.estimate.precise(self.precision):
-                self.reason = "precision"
+            if self.ramp_end is None:
+                self.ramp_end = ramp_end(samples, self.concurrency)
+            if self.ramp_end is not None:
+                self.estimate = steady_estimate(self._times, self._tokens, self._latencies,
+                                                max(start, self.ramp_end), settled, self.time_scale)
+                if self.estimate.precise(self.precision):
+                    self.reason = "precision"
         return bool(self.reason)

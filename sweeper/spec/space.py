@@ -131,6 +131,10 @@ class Seed(Strict):
 # A precision-driven level's time cap when the workload gives none (modelled seconds): on the
 # simulator a 2% level took ~200 modelled s at C=8 (bench/README.md "Precision-driven levels").
 DEFAULT_MAX_SECONDS = 300.0
+# What a steady-state level (measure: steady) sends until when the workload sets no precision:
+# the 95% CI half-width of its output tok/s. 1% separates configs 3% apart (issue 29); on vLLM at
+# C=128 it took ~N s (bench/gpu/README.md, "Where the variance comes from").
+DEFAULT_STEADY_PRECISION = 0.01
 
 # The client-lag validity bar's one default (loadgen/metrics.py reads it): a level whose client
 # event loop lagged more (p99) measured the client, not the server.
@@ -218,8 +222,14 @@ class Workload(Strict):
     shared_prefix: SharedPrefix | None = None
     # precision-driven levels (loadgen/precision.py; README "Precision-driven levels"): unset, a
     # level is warmup_rounds + repeats runs of a fixed size, as before
+    # how a closed-loop level is measured (README "Steady-state levels"): steady sends until its
+    # precision (a time window, ramp-up and drain left out); rounds sends warmup_rounds + repeats
+    # fixed runs; auto is the engine's choice (steady on real engines, rounds on the simulator)
+    measure: Literal["auto", "steady", "rounds"] = "auto"
+    ramp: Literal["stagger", "burst"] = Field("stagger", description=(
+        "steady levels: the first C requests ask for staggered lengths (stagger) or all start alike (burst)"))
     precision: float | None = Field(None, gt=0, lt=1, description=(
-        "send until the 95% CI of output tok/s is within this relative half-width (e.g. 0.02)"))
+        "send until the 95% CI of output tok/s is within this relative half-width (default 0.01 when steady)"))
     max_seconds: float | None = Field(None, gt=0, description=(
         "with precision: a level's cap in seconds (default DEFAULT_MAX_SECONDS)"))
     max_requests: int | None = Field(None, ge=1, description="with precision: a level's cap in requests")
@@ -255,10 +265,33 @@ class Workload(Strict):
     @property
     def typical_output_len(self) -> int:
         return self.output_len if isinstance(self.output_len, int) else self.output_len.typical
+    def steady(self, engine_measure: str = "rounds") -> bool:
+        """Whether closed-loop levels are steady-state (precision-driven): asked for, implied by a
+        precision, or the engine's default (`engine_measure`) under auto; never with native load."""
+        if self.measure != "auto":
+            return self.measure == "steady"
+        capped = self.max_seconds is not None or self.max_requests is not None
+        return self.precision is not None or capped or (engine_measure == "steady" and self.load == "sweeper")
+
+    def for_engine(self, engine_measure: str) -> "Workload":
+        """The workload with `measure` resolved for an engine (auto -> steady or rounds) and a
+        steady level's precision filled in."""
+        steady = self.steady(engine_measure)
+        precision = (self.precision or DEFAULT_STEADY_PRECISION) if steady else None
+        return self.model_copy(update={"measure": "steady" if steady else "rounds", "precision": precision})
+
+    @property
+    def level_precision(self) -> float | None:
+        """The precision a closed-loop level sends until; None: fixed rounds."""
+        return (self.precision or DEFAULT_STEADY_PRECISION) if self.steady() else None
+
     @model_validator(mode="after")
     def _caps_need_precision(self):
-        if self.precision is None and (self.max_seconds is not None or self.max_requests is not None):
-            raise ValueError("max_seconds and max_requests cap a precision-driven level: set 'precision' too")
+        if self.measure == "rounds" and (self.precision, self.max_seconds, self.max_requests) != (None, None, None):
+            raise ValueError("precision, max_seconds and max_requests drive steady levels: drop them or "
+                             "set measure: steady")
+        if self.measure == "steady" and self.load == "native":
+            raise ValueError("measure: steady needs sweeper's own load client (load: sweeper)")
         if self.precision is not None and self.load == "native":
             raise ValueError("'precision' needs sweeper's own load client (load: sweeper)")
         return self

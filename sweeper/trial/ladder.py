@@ -40,9 +40,11 @@ def build_stream_options(workload: Workload, dialect: RequestDialect,
 
 def build_level_plan(workload: Workload, dialect: RequestDialect, time_scale: float = 1.0,
                      stall_timeout_s: float | None = None, vocab_size: int | None = None,
-                     probe: LevelProbe | None = None) -> LoadPlan:
+                     probe: LevelProbe | None = None, engine_measure: str = "rounds") -> LoadPlan:
     """The workload as the level loop's plan, in the server's dialect (token ids below the served
-    model's vocabulary size), with the server's side (cache flush, hit rate, token counts)."""
+    model's vocabulary size), with the server's side (cache flush, hit rate, token counts), its
+    levels measured as the engine measures them under `measure: auto` (EngineInfo.measure)."""
+    workload = workload.for_engine(engine_measure)
     return LoadPlan.from_workload(workload, build_stream_options(workload, dialect, stall_timeout_s),
                                   time_scale, text_prompts=dialect.text_prompts, vocab_size=vocab_size, probe=probe)
 

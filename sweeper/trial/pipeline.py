@@ -103,7 +103,8 @@ def _check_and_measure(ctx: TrialContext, outcome: TrialOutcome, server: Launche
             place = load_place(ctx.host, ctx.host_spec.load_from, ctx.host_spec.transport, server.port, server.model)
             plan = build_level_plan(space.workload, server.dialect, ctx.engine.clock_scale(space),
                                     server.stall_timeout_s, served_vocab_size(ctx.host, space.model),
-                                    build_level_probe(server.base_url, server.model, ctx.engine.info, space.workload))
+                                    build_level_probe(server.base_url, server.model, ctx.engine.info, space.workload),
+                                    ctx.engine.info.measure)
             stalls = stall_watch(ctx.host, server.proc, ctx.engine.info.stall_lines)
             pgid = server.proc.pgid if ctx.host_spec.transport == "local" else None
             gpus = config_gpus(space, ctx.engine.info, outcome.config, server.argv)

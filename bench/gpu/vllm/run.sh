@@ -14,6 +14,8 @@
 # CAPTURES=0 skips the hand-started server (captures + side by side); SIDE=1,4,16 its levels
 # (empty: none). SWEEP=0 skips the sweep; PROFILE=0 the winner's profile. VOCAB=N pads the tokenizer
 # to N tokens (0: its natural 16,384). RESUME=1 continues the study of an earlier call on this machine.
+# MODEL_ARGS: make_model.py's arguments (default its Qwen3-MoE shape). VARIANCE="ARGS": variance.py
+# with ARGS (e.g. "--launches 3 --tag default"), its raw data packed as variance.tar.gz (issue 29).
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/../../.." && pwd)
 OUT=${OUT:-/tmp/sweeper-vllm-out}
@@ -55,7 +57,7 @@ nvidia-smi --query-gpu=index,uuid,name,driver_version,memory.used,memory.total -
 
 if [ ! -f "$MODEL/config.json" ]; then
   step "model: random-weight Qwen3-MoE shape, local BPE tokenizer (vocab pad: $VOCAB)"
-  python3 "$REPO/bench/gpu/make_model.py" "$MODEL" --pad-to "$VOCAB" || exit 1
+  python3 "$REPO/bench/gpu/make_model.py" "$MODEL" --pad-to "$VOCAB" ${MODEL_ARGS:-} || exit 1
 fi
 cp "$MODEL/config.json" "$WORK/captures/model_config.json"; cp "$MODEL/tokenizer.json" "$WORK/captures/model_tokenizer.json"
 
@@ -71,6 +73,13 @@ if [ "$CAPTURES" = 1 ] || [ -n "$SIDE" ]; then
   python3 "$REPO/bench/gpu/vllm/promdiff.py" "$WORK/server" | tee "$OUT/side_by_side.md" || true
   rm -f "$WORK"/server/trace_*.json.gz.tmp
   for f in "$WORK"/server/trace_*; do [ -f "$f" ] && cp "$f" "$OUT/vllm_trace.json.gz" && break; done
+fi
+
+if [ -n "${VARIANCE:-}" ]; then
+  step "variance: $VARIANCE"
+  python3 "$REPO/bench/gpu/vllm/variance.py" "$MODEL" "$WORK/variance" $VARIANCE --deadline $(( started + DEADLINE - 25 ))
+  echo "variance exit $?"
+  tar -czf "$OUT/variance.tar.gz" -C "$WORK" variance
 fi
 
 cat > "$WORK/hosts.yaml" <<EOF

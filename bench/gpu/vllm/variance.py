@@ -1,0 +1,320 @@
+"""Where a vLLM level's variance comes from (issue 29): one config on fresh launches, measured in
+each launch several ways, M repeats each, with the server's and the GPU's side recorded beside.
+
+    python3 bench/gpu/vllm/variance.py MODEL OUT_DIR --launches 3 --deadline UNIX_TS [--tag default]
+        [--server-args '--stream-interval 4'] [--plan full|short]
+
+Per launch (the server in its own session, stopped by its process group, never by name):
+- `rounds`       the old default level: 1 warm-up round, then 3 rounds of C equal requests (1.9 s at
+                 C=128 in the issue), duration = first send to last end (ramp-up and drain inside)
+- `rounds_long`  the same, 10 rounds
+- `steady_burst` the steady-state level (loadgen/precision.py: ramp and drain left out, MSER warm-up,
+                 batch means, sent until the 95% CI is within 1% or 20 s), all C started at once
+- `steady`       the same with staggered first requests (ladder.py `ramp: stagger`): the default
+- `steady_pinned` steady with the client's event loop on a core apart from the server's threads
+- `vllm_bench`   `vllm bench serve --temperature 0` (staggered arrivals at 400 req/s under
+                 --max-concurrency), its per-request detail kept, for the agreement check
+Beside every run: the server's /metrics every 0.25 s (generation tokens, requests running and
+waiting, prefix-cache hits), nvidia-smi every 0.2 s (SM clock, power, temperature, utilisation),
+the CPU seconds of the client and of each server process. Everything goes to OUT_DIR:
+runs.jsonl (one record per run), server_metrics.csv, nvidia_smi.csv, launches.jsonl, logs.
+variance_table.py turns them into bench/gpu/README.md's tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+
+from sweeper.engines.vllm import VLLM_INFO
+from sweeper.loadgen.ladder import LadderHooks, run_ladder
+from sweeper.loadgen.onhost import controller_runner
+from sweeper.loadgen.pinning import client_apart
+from sweeper.loadgen.precision import estimate_of_run, ramp_end, steady_estimate
+from sweeper.spec.space import Workload
+from sweeper.trial.ladder import build_level_plan
+
+PORT = 8100
+SCRAPE_EVERY_S = 0.25
+METRICS = ("vllm:generation_tokens_total", "vllm:num_requests_running", "vllm:num_requests_waiting",
+           "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")
+LAUNCH_BUDGET_S = {"full": 150, "short": 90}  # a launch's ready time + its plan, to decide whether one more fits
+
+# (name, C, repeats, on which launches (1-based; None: every one)): the before (rounds) and after
+# (steady) on every launch, the suspects' variants on fewer
+PLANS = {
+    "full": [("rounds", 128, 3, None), ("rounds", 32, 3, None), ("rounds_long", 128, 3, None),
+             ("rounds_long", 32, 3, None), ("steady_burst", 128, 1, None), ("steady", 128, 3, None),
+             ("steady", 32, 3, None), ("steady_pinned", 128, 1, (2, 4)), ("vllm_bench", 128, 1, (1, 4))],
+    "short": [("rounds", 128, 3, None), ("steady", 128, 3, None), ("rounds_long", 128, 2, None)],
+}
+
+
+def log(msg: str) -> None:
+    print(f"-- {time.strftime('%H:%M:%S')} {msg}", flush=True)
+
+
+def get_text(path: str, timeout: float = 10) -> tuple[int, str]:
+    conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        answer = conn.getresponse()
+        return answer.status, answer.read().decode("utf-8", "replace")
+    finally:
+        conn.close()
+
+
+def metric_values(text: str) -> dict[str, float]:
+    """The METRICS' values summed over their label sets (one model here)."""
+    values = dict.fromkeys(METRICS, 0.0)
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in values:
+            values[name] += float(line.rsplit(" ", 1)[1])
+    return values
+
+
+class Sampler(threading.Thread):
+    """/metrics every SCRAPE_EVERY_S into a CSV (unix time first), until stopped."""
+
+    def __init__(self, out: Path, launch: int) -> None:
+        super().__init__(daemon=True)
+        self.out, self.launch, self.stopping = out, launch, threading.Event()
+
+    def run(self) -> None:
+        with self.out.open("a") as f:
+            while not self.stopping.wait(SCRAPE_EVERY_S):
+                try:
+                    values = metric_values(get_text("/metrics", 2)[1])
+                except OSError:
+                    continue
+                f.write(",".join([str(self.launch), f"{time.time():.3f}", *(f"{values[m]:.0f}" for m in METRICS)]) + "\n")
+
+
+def group_cpu_s(pgid: int) -> dict[str, float]:
+    """CPU seconds (user + system) of each process in the group, by pid:comm."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2:].split()
+            if int(fields[2]) == pgid:
+                comm = stat[stat.index("(") + 1:stat.rindex(")")]
+                found[f"{entry.name}:{comm}"] = (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def start_server(model: str, out: Path, extra: list[str]) -> tuple[subprocess.Popen, float]:
+    argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model, "--host", "127.0.0.1",
+            "--port", str(PORT), "--max-model-len", "4096", "--gpu-memory-utilization", "0.9", *extra]
+    if os.environ.get("VARIANCE_SERVER"):  # a stand-in server for a dry run of this script on a CPU
+        argv = [*os.environ["VARIANCE_SERVER"].split(), "--port", str(PORT)]
+    (out / "server.argv.json").write_text(json.dumps(argv))
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=(out / "server.log").open("w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    while time.monotonic() - started < 300:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited {proc.returncode} before /health (see {out / 'server.log'})")
+        try:
+            if get_text("/health", 2)[0] == 200:
+                return proc, time.monotonic() - started
+        except OSError:
+            pass
+        time.sleep(0.25)
+    stop_server(proc)
+    raise SystemExit("server not ready in 300 s")
+
+
+def stop_server(proc: subprocess.Popen) -> float:
+    t0 = time.monotonic()
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    return time.monotonic() - t0
+
+
+def plan_for(kind: str, concurrency: int, vocab: int):
+    """The sweep's own plan (trial/ladder.build_level_plan, vLLM's dialect) for one kind of level."""
+    rounds = 10 if kind == "rounds_long" else 3
+    steady = kind.startswith("steady")
+    workload = Workload(input_len=64, output_len=64, concurrency=[concurrency], min_rounds=rounds, warmup_rounds=1,
+                        measure="steady" if steady else "rounds", precision=0.01 if steady else None,
+                        max_seconds=15 if steady else None, ramp="burst" if kind == "steady_burst" else "stagger")
+    return build_level_plan(workload, VLLM_INFO.dialect, vocab_size=vocab, engine_measure="steady")
+
+
+class Kept(LadderHooks):
+    """Keeps each measured run (the ladder hands its runs to run_done)."""
+
+    def __init__(self) -> None:
+        self.runs = []
+
+    def run_done(self, level, repeat, run):
+        self.runs.append(run)
+
+
+def run_record(kind: str, concurrency: int, level: dict, run, offset: float, cpu: dict) -> dict:
+    """What one run keeps: the level's numbers, the run's span in unix time, the whole-run and
+    windowed estimates from its raw samples, per-request times, the CPU seconds it cost."""
+    done = [s for s in run.samples if s.ok]
+    ramped = ramp_end(done, concurrency) or run.start
+    stopped = run.stopped_at if run.stopped_at is not None else max(s.start for s in done)
+    windowed = estimate_of_run(done, ramped, stopped)
+    keep = ("output_throughput", "output_throughput_ci_low", "output_throughput_ci_high", "batches",
+            "precision_reached", "warmup_dropped_s", "ramp_s", "drain_s", "window_s", "stopped_by", "duration",
+            "completed", "valid", "invalid_reasons", "client_lag_p99_ms", "concurrency", "tokens_per_chunk",
+            "median_ttft_ms", "median_itl_ms", "p99_itl_ms")
+    return {
+        "kind": kind, "c": concurrency, **{k: level.get(k) for k in keep},
+        "t_start": run.start + offset, "t_end": run.end + offset,
+        "t_ramp_end": ramped + offset, "t_stop": stopped + offset,
+        "whole_run_tok_s": sum(s.output_tokens for s in done) / run.duration_s,
+        "windowed_tok_s": windowed.value, "windowed_batches": windowed.batches,
+        "requests": [[round(s.start + offset, 4), round(s.ttft, 4), round(s.end - s.start, 4), s.output_tokens]
+                     for s in done],
+        "cpu_s": cpu,
+    }
+
+
+def measure(kind: str, concurrency: int, model: str, vocab: int, pgid: int) -> list[dict]:
+    plan = plan_for(kind, concurrency, vocab)
+    kept = Kept()
+    send_run = controller_runner(f"http://127.0.0.1:{PORT}", model)
+
+    def send(prompts, c, until=None, offsets=None):
+        return send_run(prompts, plan.output_len, c, plan.options, until, offsets=offsets)
+
+    offset = time.time() - time.perf_counter()
+    before_server, before_client = group_cpu_s(pgid), time.process_time()
+    with client_apart(pgid) if kind == "steady_pinned" else nullcontext(""):
+        levels, _ = run_ladder(plan, send, kept)
+    client_s = time.process_time() - before_client
+    after_server = group_cpu_s(pgid)
+    cpu = {"client": round(client_s, 3),
+           **{k: round(v - before_server.get(k, 0.0), 3) for k, v in after_server.items()
+              if v - before_server.get(k, 0.0) > 0.01}}
+    return [run_record(kind, concurrency, levels[concurrency], run, offset, cpu) for run in kept.runs[-1:]]
+
+
+def vllm_bench(model: str, out: Path, tag: str, concurrency: int) -> dict:
+    """vllm bench serve, greedy, staggered arrivals under --max-concurrency; its per-request
+    detail turned into token arrivals and windowed as sweeper windows its own runs."""
+    n = 20 * concurrency
+    cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "vllm",
+           "--base-url", f"http://127.0.0.1:{PORT}", "--model", model, "--tokenizer", model,
+           "--dataset-name", "random", "--random-input-len", "64", "--random-output-len", "64",
+           "--num-prompts", str(n), "--max-concurrency", str(concurrency), "--request-rate", "400",
+           "--ignore-eos", "--seed", "0", "--temperature", "0", "--save-result", "--save-detailed",
+           "--result-dir", str(out), "--result-filename", f"{tag}.json"]
+    t0 = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    (out / f"{tag}.log").write_text(r.stdout + r.stderr)
+    if r.returncode != 0:
+        return {"kind": "vllm_bench", "c": concurrency, "rc": r.returncode, "t_start": t0, "t_end": time.time()}
+    result = json.loads((out / f"{tag}.json").read_text())
+    starts = result["start_times"]  # perf_counter of its process; only differences are used
+    times, tokens, latencies, samples = [], [], [], []
+    for start, ttft, itls in zip(starts, result["ttfts"], result["itls"]):
+        arrivals = list(start + ttft + np.concatenate([[0.0], np.cumsum(itls)]))
+        times += arrivals
+        tokens += [1] * len(arrivals)
+        latencies.append(arrivals[-1] - start)
+        samples.append(_Sample(start, arrivals[-1]))
+    ramped = ramp_end(samples, concurrency)
+    stopped = max(starts)
+    est = steady_estimate(times, tokens, latencies, ramped, stopped)
+    return {"kind": "vllm_bench", "c": concurrency, "rc": 0, "bench_output_throughput": result["output_throughput"],
+            "windowed_tok_s": est.value, "windowed_batches": est.batches,
+            "ci": [est.ci_low, est.ci_high], "duration": result["duration"],
+            "bench_t0": min(starts), "ramp_s": ramped - min(starts), "drain_s": max(t for t in times) - stopped,
+            "window_s": est.window_s, "t_start": t0, "t_end": time.time()}
+
+
+class _Sample:
+    def __init__(self, start: float, end: float) -> None:
+        self.start, self.end = start, end
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("model")
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--launches", type=int, default=5)
+    parser.add_argument("--first-launch", type=int, default=1)
+    parser.add_argument("--deadline", type=float, default=time.time() + 550)
+    parser.add_argument("--tag", default="default")
+    parser.add_argument("--server-args", default="")
+    parser.add_argument("--plan", choices=sorted(PLANS), default="full")
+    parser.add_argument("--concurrency", type=int, default=0, help="every level at this C instead (a dry run)")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    vocab = json.loads((Path(args.model) / "config.json").read_text())["vocab_size"]
+    smi = subprocess.Popen(["nvidia-smi" if shutil.which("nvidia-smi") else "true", "--query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,"
+                            "utilization.gpu,clocks_throttle_reasons.active", "--format=csv,noheader,nounits",
+                            "-lms", "200"], stdout=(args.out / "nvidia_smi.csv").open("a"), stderr=subprocess.DEVNULL)
+    try:
+        for launch in range(args.first_launch, args.first_launch + args.launches):
+            if time.time() + LAUNCH_BUDGET_S[args.plan] > args.deadline:
+                log(f"launch {launch}: not enough time left before the deadline")
+                break
+            folder = args.out / f"{args.tag}_launch{launch}"
+            folder.mkdir(exist_ok=True)
+            proc, ready_s = start_server(args.model, folder, args.server_args.split())
+            log(f"launch {launch} ({args.tag}): ready in {ready_s:.1f}s")
+            sampler = Sampler(args.out / "server_metrics.csv", launch)
+            sampler.start()
+            seq = 0
+            try:
+                for kind, c, repeats, only in PLANS[args.plan]:
+                    c = args.concurrency or c
+                    if only is not None and launch not in only:
+                        continue
+                    for repeat in range(repeats):
+                        if time.time() + 25 > args.deadline:
+                            break
+                        seq += 1
+                        if kind == "vllm_bench":
+                            records = [vllm_bench(args.model, folder, f"vb_{seq}", c)]
+                        else:
+                            records = measure(kind, c, args.model, vocab, proc.pid)
+                        with (args.out / "runs.jsonl").open("a") as f:
+                            for record in records:
+                                record.update(launch=launch, tag=args.tag, seq=seq, repeat=repeat)
+                                f.write(json.dumps(record) + "\n")
+                                value = record.get("output_throughput") or record.get("windowed_tok_s") or 0.0
+                                whole = record.get("whole_run_tok_s") or record.get("bench_output_throughput") or 0.0
+                                log(f"  {kind} C={c} #{repeat + 1}: {value:,.0f} tok/s (whole run {whole:,.0f})")
+            finally:
+                sampler.stopping.set()
+                sampler.join(5)
+                stopped_s = stop_server(proc)
+                with (args.out / "launches.jsonl").open("a") as f:
+                    f.write(json.dumps({"launch": launch, "tag": args.tag, "ready_s": round(ready_s, 1),
+                                        "stop_s": round(stopped_s, 1), "server_args": args.server_args}) + "\n")
+    finally:
+        smi.terminate()
+
+
+if __name__ == "__main__":
+    main()
