@@ -50,7 +50,7 @@ PORT = 8100
 SCRAPE_EVERY_S = 0.25
 METRICS = ("vllm:generation_tokens_total", "vllm:num_requests_running", "vllm:num_requests_waiting",
            "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")
-LAUNCH_BUDGET_S = {"full": 150, "short": 90}  # a launch's ready time + its plan, to decide whether one more fits
+LAUNCH_BUDGET_S = {"full": 150, "short": 90, "cause": 100}  # a launch's ready time + its plan, to decide whether one more fits
 
 # (name, C, repeats, on which launches (1-based; None: every one)): the before (rounds) and after
 # (steady) on every launch, the suspects' variants on fewer
@@ -59,6 +59,7 @@ PLANS = {
              ("rounds_long", 32, 3, None), ("steady_burst", 128, 1, None), ("steady", 128, 3, None),
              ("steady", 32, 3, None), ("steady_pinned", 128, 1, (2, 4)), ("vllm_bench", 128, 1, (1, 4))],
     "short": [("rounds", 128, 3, None), ("steady", 128, 3, None), ("rounds_long", 128, 2, None)],
+    "cause": [("steady", 128, 2, None), ("rounds", 128, 2, None)],
 }
 
 
@@ -89,9 +90,10 @@ def metric_values(text: str) -> dict[str, float]:
 class Sampler(threading.Thread):
     """/metrics every SCRAPE_EVERY_S into a CSV (unix time first), until stopped."""
 
-    def __init__(self, out: Path, launch: int) -> None:
+    def __init__(self, out: Path, launch: int, pids: dict[str, int] | None = None) -> None:
         super().__init__(daemon=True)
         self.out, self.launch, self.stopping = out, launch, threading.Event()
+        self.pids = pids or {}
 
     def run(self) -> None:
         with self.out.open("a") as f:
@@ -100,7 +102,9 @@ class Sampler(threading.Thread):
                     values = metric_values(get_text("/metrics", 2)[1])
                 except OSError:
                     continue
-                f.write(",".join([str(self.launch), f"{time.time():.3f}", *(f"{values[m]:.0f}" for m in METRICS)]) + "\n")
+                where = [str(on_cpu(self.pids[r])) if r in self.pids else "-1" for r in ("APIServer", "EngineCore")]
+                f.write(",".join([str(self.launch), f"{time.time():.3f}", *(f"{values[m]:.0f}" for m in METRICS),
+                                  *where, str(on_cpu(os.getpid()))]) + "\n")
 
 
 def group_cpu_s(pgid: int) -> dict[str, float]:
@@ -121,7 +125,63 @@ def group_cpu_s(pgid: int) -> dict[str, float]:
     return found
 
 
-def start_server(model: str, out: Path, extra: list[str]) -> tuple[subprocess.Popen, float]:
+def physical_cores() -> list[list[int]]:
+    """Logical CPUs grouped by physical core (SMT siblings together), in order."""
+    cores = {}
+    for cpu in sorted(os.sched_getaffinity(0)):
+        siblings = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text().strip()
+        cores.setdefault(siblings, []).append(cpu)
+    return list(cores.values())
+
+
+def role_pids(log_text: str) -> dict[str, int]:
+    """vLLM's log prefixes: '(APIServer pid=627)', '(EngineCore pid=750)'."""
+    import re
+    return {role: int(pid) for role, pid in re.findall(r"\((APIServer|EngineCore)[^ ]* pid=(\d+)\)", log_text)}
+
+
+def pin_roles(pids: dict[str, int], pgid: int) -> dict:
+    """The engine core and the API server each on a physical core of its own (both its SMT
+    siblings), this client on a third, every other thread of the server's group on the rest."""
+    cores = physical_cores()
+    if len(cores) < 4:
+        return {}
+    plan = {"EngineCore": set(cores[0]), "APIServer": set(cores[1]), "client": set(cores[2]),
+            "rest": {c for core in cores[3:] for c in core}}
+    os.sched_setaffinity(0, plan["client"])
+    for pid in group_pids(pgid):
+        role = next((r for r, p in pids.items() if p == pid), "rest")
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                os.sched_setaffinity(int(task.name), plan[role])
+            except OSError:
+                pass
+    return {k: sorted(v) for k, v in plan.items()}
+
+
+def group_pids(pgid: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                if int(stat[stat.rindex(")") + 2:].split()[2]) == pgid:
+                    pids.append(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return pids
+
+
+def on_cpu(pid: int) -> int:
+    """The logical CPU a process last ran on (/proc/PID/stat field 39)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat[stat.rindex(")") + 2:].split()[36])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+def start_server(model: str, out: Path, extra: list[str], env: dict | None = None) -> tuple[subprocess.Popen, float]:
     argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model, "--host", "127.0.0.1",
             "--port", str(PORT), "--max-model-len", "4096", "--gpu-memory-utilization", "0.9", *extra]
     if os.environ.get("VARIANCE_SERVER"):  # a stand-in server for a dry run of this script on a CPU
@@ -129,7 +189,7 @@ def start_server(model: str, out: Path, extra: list[str]) -> tuple[subprocess.Po
     (out / "server.argv.json").write_text(json.dumps(argv))
     started = time.monotonic()
     proc = subprocess.Popen(argv, stdout=(out / "server.log").open("w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            start_new_session=True, env={**os.environ, **(env or {})})
     while time.monotonic() - started < 300:
         if proc.poll() is not None:
             raise SystemExit(f"server exited {proc.returncode} before /health (see {out / 'server.log'})")
@@ -241,7 +301,8 @@ def vllm_bench(model: str, out: Path, tag: str, concurrency: int) -> dict:
         tokens += [1] * len(arrivals)
         latencies.append(arrivals[-1] - start)
         samples.append(_Sample(start, arrivals[-1]))
-    ramped = ramp_end(samples, concurrency)
+    # its arrivals are staggered (400 req/s): the ramp is its first C requests by send time
+    ramped = max(s.end for s in sorted(samples, key=lambda s: s.start)[:concurrency])
     stopped = max(starts)
     est = steady_estimate(times, tokens, latencies, ramped, stopped)
     return {"kind": "vllm_bench", "c": concurrency, "rc": 0, "bench_output_throughput": result["output_throughput"],
@@ -267,6 +328,8 @@ def main() -> None:
     parser.add_argument("--server-args", default="")
     parser.add_argument("--plan", choices=sorted(PLANS), default="full")
     parser.add_argument("--concurrency", type=int, default=0, help="every level at this C instead (a dry run)")
+    parser.add_argument("--schedule", default="", help="per launch: f|c (fresh compile cache or the shared one) "
+                        "and p|u (server roles pinned to cores of their own, or not), e.g. fu,cp,cu,fp,cp")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     vocab = json.loads((Path(args.model) / "config.json").read_text())["vocab_size"]
@@ -280,9 +343,14 @@ def main() -> None:
                 break
             folder = args.out / f"{args.tag}_launch{launch}"
             folder.mkdir(exist_ok=True)
-            proc, ready_s = start_server(args.model, folder, args.server_args.split())
-            log(f"launch {launch} ({args.tag}): ready in {ready_s:.1f}s")
-            sampler = Sampler(args.out / "server_metrics.csv", launch)
+            mode = args.schedule.split(",")[launch - args.first_launch] if args.schedule else "cu"
+            env = {"VLLM_CACHE_ROOT": f"/tmp/vllm-cache-fresh-{launch}"} if mode[0] == "f" else {}
+            os.sched_setaffinity(0, {c for core in physical_cores() for c in core})
+            proc, ready_s = start_server(args.model, folder, args.server_args.split(), env)
+            pids = role_pids((folder / "server.log").read_text())
+            pinned = pin_roles(pids, proc.pid) if mode[1] == "p" else {}
+            log(f"launch {launch} ({args.tag}, {mode}): ready in {ready_s:.1f}s, roles {pids}, pinned {pinned}")
+            sampler = Sampler(args.out / "server_metrics.csv", launch, pids)
             sampler.start()
             seq = 0
             try:
@@ -311,7 +379,9 @@ def main() -> None:
                 stopped_s = stop_server(proc)
                 with (args.out / "launches.jsonl").open("a") as f:
                     f.write(json.dumps({"launch": launch, "tag": args.tag, "ready_s": round(ready_s, 1),
-                                        "stop_s": round(stopped_s, 1), "server_args": args.server_args}) + "\n")
+                                        "stop_s": round(stopped_s, 1), "server_args": args.server_args,
+                                        "mode": mode, "roles": pids, "pinned": pinned,
+                                        "cores": physical_cores()}) + "\n")
     finally:
         smi.terminate()
 
