@@ -128,7 +128,7 @@ def group_cpu_s(pgid: int) -> dict[str, float]:
 def physical_cores() -> list[list[int]]:
     """Logical CPUs grouped by physical core (SMT siblings together), in order."""
     cores = {}
-    for cpu in sorted(os.sched_getaffinity(0)):
+    for cpu in range(os.cpu_count() or 1):  # all of them: this process may be pinned already
         siblings = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text().strip()
         cores.setdefault(siblings, []).append(cpu)
     return list(cores.values())
@@ -345,7 +345,7 @@ def main() -> None:
             folder.mkdir(exist_ok=True)
             mode = args.schedule.split(",")[launch - args.first_launch] if args.schedule else "cu"
             env = {"VLLM_CACHE_ROOT": f"/tmp/vllm-cache-fresh-{launch}"} if mode[0] == "f" else {}
-            os.sched_setaffinity(0, {c for core in physical_cores() for c in core})
+            os.sched_setaffinity(0, {c for core in physical_cores() for c in core})  # the server inherits it
             proc, ready_s = start_server(args.model, folder, args.server_args.split(), env)
             pids = role_pids((folder / "server.log").read_text())
             pinned = pin_roles(pids, proc.pid) if mode[1] == "p" else {}
