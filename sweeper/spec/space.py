@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, field_validator, model_validator
 
-from sweeper.errors import ConfigError
+from sweeper.errors import ConfigError, did_you_mean
 from sweeper.levels import Level, Rate, goal_name, workload_levels
 from sweeper.outcomes import (CAPACITY_METRIC, FAIRNESS_METRICS, LATENCY_METRICS, PER_GPU_METRIC, THROUGHPUT_METRICS,
                               MetricName)
@@ -498,9 +498,12 @@ def _cross_check_space(space: Space) -> list[tuple[KeyPath, str]]:
     problems += _check_expressions(space)
     seed_names = [seed.name for seed in space.seeds]
     for index, seed in enumerate(space.seeds):
-        for key in seed.params:
+        for key, value in seed.params.items():
             if key not in space.parameters:
-                problems.append((("seeds", index, "params", key), "not a parameter of this space"))
+                problems.append((("seeds", index, "params", key), "not a parameter of this space"
+                                 + did_you_mean(key, space.parameters)))
+            elif (problem := seed_value_problem(space.parameters[key], value)) is not None:
+                problems.append((("seeds", index, "params", key), problem))
     if space.reference is not None and space.reference not in seed_names:
         problems.append((("reference",), f"no seed named {space.reference!r}"))
     problems += _check_objectives(space)
@@ -513,6 +516,30 @@ def _cross_check_space(space: Space) -> list[tuple[KeyPath, str]]:
     if space.perf_target and (problem := _level_problem(space.workload, space.perf_target.level)):
         problems.append((("target", "level"), problem))
     return problems
+
+
+def seed_value_problem(param: "CategoricalParam | IntParam | FloatParam | BoolParam", value: Any) -> str | None:
+    """Why a seed's value is not one its parameter can take (None: it is): a seed runs first and
+    is the correctness reference, so a typo must stop the space from loading, not the sweep.
+    Optuna refuses a categorical value outside the choices (it would crash the trial)."""
+    if isinstance(param, CategoricalParam):
+        if any(type(value) is type(c) and value == c or _same_number(value, c) for c in param.choices):
+            return None
+        shown = ", ".join(json.dumps(c) for c in param.choices)
+        return f"{value!r} is not one of the choices ({shown})" + did_you_mean(value, param.choices)
+    if isinstance(param, BoolParam):
+        return None if isinstance(value, bool) else f"expected true or false (got {value!r})"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(param, IntParam) and not float(value).is_integer()):
+        return f"expected {'an integer' if isinstance(param, IntParam) else 'a number'} (got {value!r})"
+    return None  # a number outside the searched range is allowed: seeds probe failures there (vllm-h200.yaml)
+
+
+def _same_number(value: Any, choice: Any) -> bool:
+    """An int seed for a float choice (8 for 8.0) and back; never a bool for a number."""
+    numbers = (int, float)
+    return (isinstance(value, numbers) and isinstance(choice, numbers) and not isinstance(value, bool)
+            and not isinstance(choice, bool) and value == choice)
 
 
 def _check_open_loop(workload: Workload) -> list[tuple[KeyPath, str]]:
