@@ -16,6 +16,7 @@ from sweeper.cli.common import OUTPUT, VERBOSE_LINES, console, err, interrupts_a
 from sweeper.hosts import Host, open_host
 from sweeper.results.table import format_leaderboard_table
 from sweeper.search.study import StudyHandle, create_study, run_sweep
+from sweeper.search.verdict import build_sweep_verdict, format_verdict
 from sweeper.spec.hosts import load_host
 from sweeper.levels import Level, is_rate, short_level
 from sweeper.spec.space import Space
@@ -163,6 +164,20 @@ def sweep_and_print(handle: StudyHandle, host: Host, top: int, seed: int | None 
     with_progress(handle, host, lambda events: run_sweep(handle, host, events, seed, time_budget_s))
     console.print(format_leaderboard_table(handle.study, top))
     console.print(f"study [bold]{handle.name}[/] in {handle.dir}")
+    exit_on_verdict(handle)
+
+
+def exit_on_verdict(handle: StudyHandle) -> None:
+    """The run's last line (what was measured, the best, the failures by cause); exit 1 when it
+    measured nothing or every trial failed for one cause, so that a script can trust exit 0."""
+    verdict = build_sweep_verdict(handle.study, handle.budget)
+    line = format_verdict(handle.name, verdict)
+    write_log_file(line)
+    if verdict.ok:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+        return
+    err.print(f"[bold red]error:[/] {line}", highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
 
 
 def open_new_study(space_file: Path, space: Space, hosts: Path, host: str, name: str, results: Path,

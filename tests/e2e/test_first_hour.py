@@ -45,3 +45,33 @@ def test_a_seed_value_outside_its_choices_is_refused_at_load(tmp_path, command):
     assert ("space.yaml:35: seeds[0].params.moe_runner_backend: 'marlinn' is not one of the choices"
             in result.output and "did you mean 'marlin'?" in result.output), result.output
     assert "Traceback" not in result.output and not (tmp_path / "results").exists()
+
+
+# ---------------------------------------------------------------- 2. exit codes a script can trust
+
+ONE_LEVER = """\
+name: one
+engine: sim
+model: deepseek-ai/DeepSeek-V4-Flash
+fixed_flags: {--time-scale: 0.01, --load-seconds: 30}
+parameters:
+  tp_size: {type: categorical, choices: [4, 8], flag: --tp-size}
+workload: {input_len: 64, output_len: 32, concurrency: [1, 4], min_rounds: 2, warmup_rounds: 1}
+budget: {trials: 2}
+launch: {ready_timeout_s: 60, stall_timeout_s: 5, stop_grace_s: 5}
+"""
+
+
+def test_a_sweep_that_measured_nothing_exits_1_and_says_why(tmp_path):
+    (tmp_path / "space.yaml").write_text(ONE_LEVER.replace("--tp-size", "--tp-sise"))
+    result = invoke(tmp_path, "sweep", "space.yaml", "--study", "s", "--sampler", "brute")
+    assert result.exit_code == 1, result.output
+    assert ("sweep s: nothing measured (0 of 2 evaluations): 2 trials failed before a launch: "
+            "preflight/unsupported_flag x2 (--tp-sise is not a flag of the installed engine)") in result.output
+
+
+def test_a_sweep_whose_every_trial_failed_one_way_exits_1_naming_the_cause(tmp_path):
+    (tmp_path / "space.yaml").write_text(ONE_LEVER.replace("fixed_flags: {", "fixed_flags: {--moe-runner-backend: triton, "))
+    result = invoke(tmp_path, "sweep", "space.yaml", "--study", "s", "--sampler", "brute")
+    assert result.exit_code == 1, result.output
+    assert "sweep s: every trial failed (" in result.output and "all check_output/bad_output: prompt" in result.output
