@@ -44,10 +44,13 @@ def options(
                                  "or a server is slow to get ready, and SSH connects, reconnects and port forwards."),
     log_file: Optional[Path] = typer.Option(None, "--log-file", help="Also append every progress line, "
                                             "timestamped, to this file."),
+    progress_every: float = typer.Option(30.0, "--progress-every", min=0.5, help="Without a terminal (piped, "
+                                         "nohup): a line when a stage has been silent this many seconds (its "
+                                         "elapsed time and the engine's newest log line)."),
 ) -> None:
     """Find the fastest safe server configuration by measuring it."""
     with user_errors():
-        set_output(quiet, verbose, log_file)
+        set_output(quiet, verbose, log_file, progress_every)
 
 
 def main() -> None:

@@ -27,6 +27,7 @@ class Output:
     quiet = False
     verbose = False
     log_file: Path | None = None
+    heartbeat_s = 30.0  # piped: a line when a stage has been silent this long (--progress-every)
 
 
 OUTPUT = Output()
@@ -65,11 +66,11 @@ class VerboseLines(logging.Handler):
 VERBOSE_LINES = VerboseLines()
 
 
-def set_output(quiet: bool, verbose: bool, log_file: Path | None) -> None:
+def set_output(quiet: bool, verbose: bool, log_file: Path | None, heartbeat_s: float = 30.0) -> None:
     """The app's output options; --verbose routes the `sweeper` loggers' INFO records to VERBOSE_LINES."""
     if quiet and verbose:
         raise UserError("--verbose and --quiet contradict each other: give one of them")
-    OUTPUT.quiet, OUTPUT.verbose, OUTPUT.log_file = quiet, verbose, log_file
+    OUTPUT.quiet, OUTPUT.verbose, OUTPUT.log_file, OUTPUT.heartbeat_s = quiet, verbose, log_file, heartbeat_s
     logger = logging.getLogger("sweeper")
     if verbose and VERBOSE_LINES not in logger.handlers:
         logger.setLevel(logging.INFO)

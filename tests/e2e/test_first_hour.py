@@ -3,6 +3,7 @@ typer's CliRunner where no subprocess is what is tested."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,15 @@ def test_a_sweep_whose_every_trial_failed_one_way_exits_1_naming_the_cause(tmp_p
     result = invoke(tmp_path, "sweep", "space.yaml", "--study", "s", "--sampler", "brute")
     assert result.exit_code == 1, result.output
     assert "sweep s: every trial failed (" in result.output and "all check_output/bad_output: prompt" in result.output
+
+
+# ---------------------------------------------------------------- 3. a heartbeat when piped
+
+def test_a_long_start_up_prints_heartbeats_when_piped(cli):
+    """stdout a pipe (as under nohup or `| tee`): a silent wait_ready gets lines with its elapsed
+    time and the engine's newest log line, without -v."""
+    slow = ONE_LEVER.replace("--load-seconds: 30", "--load-seconds: 500").replace("[4, 8]", "[8]")
+    (cli.workdir / "slow.yaml").write_text(slow)
+    result = cli.run("--progress-every", "1", "sweep", "slow.yaml", "--study", "s", "--trials", "1")
+    beats = [line for line in result.stdout.splitlines() if re.search(r"trial 0: wait_ready, \d+s; engine log: ", line)]
+    assert len(beats) >= 2 and "Loading safetensors checkpoint shards" in "".join(beats), result.stdout
