@@ -17,7 +17,8 @@ from rich.live import Live
 from sweeper.cli.common import OUTPUT, VERBOSE_LINES, console, err, interrupts_as_keyboard, write_log_file
 from sweeper.hosts import Host, open_host
 from sweeper.results.table import format_leaderboard_table
-from sweeper.search.study import StudyHandle, create_study, run_sweep
+from sweeper.errors import UserError
+from sweeper.search.study import StudyHandle, create_study, never_started, run_sweep
 from sweeper.search.verdict import build_sweep_verdict, format_verdict
 from sweeper.spec.hosts import load_host
 from sweeper.levels import Level, is_rate, short_level
@@ -209,7 +210,13 @@ def with_progress(handle: StudyHandle, host: Host, run, resume: str | None = Non
 
 def sweep_and_print(handle: StudyHandle, host: Host, top: int, seed: int | None = None,
                     time_budget_s: float | None = None) -> None:
-    with_progress(handle, host, lambda events: run_sweep(handle, host, events, seed, time_budget_s))
+    try:
+        with_progress(handle, host, lambda events: run_sweep(handle, host, events, seed, time_budget_s))
+    except UserError as exc:
+        if not never_started(handle.study):
+            raise
+        raise UserError(f"{exc}\nnothing ran: once that is fixed, run the same command again (the study name "
+                        f"{handle.name} stays free while it holds no trial)") from None
     console.print(format_leaderboard_table(handle.study, top))
     console.print(f"study [bold]{handle.name}[/] in {handle.dir}")
     exit_on_verdict(handle)

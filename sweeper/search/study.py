@@ -127,8 +127,10 @@ def create_study(name: str, space: Space, space_path: Path, host_name: str, host
     study_dir(results_dir, name).mkdir(parents=True, exist_ok=True)
     rdb = open_storage(url)
     if study_exists(rdb, name):
-        raise UserError(f"study {name!r} already exists; continue it with `sweeper resume {name}` "
-                        "or pick another --study name")
+        if not never_started(optuna.load_study(study_name=name, storage=rdb)):
+            raise UserError(f"study {name!r} already exists; continue it with `sweeper resume {name}` "
+                            "or pick another --study name")
+        optuna.delete_study(study_name=name, storage=rdb)  # a start that failed before its first trial
     goals = space.goals  # one, or the Pareto mode's two
     study = optuna.create_study(study_name=name, storage=rdb, directions=[g.direction for g in goals])
     with warnings.catch_warnings():
@@ -154,6 +156,13 @@ def create_study(name: str, space: Space, space_path: Path, host_name: str, host
     if enqueue_seeds:
         enqueue_space_seeds(study, space)
     return StudyHandle(study, space, host_name, host_spec, results_dir)
+
+
+def never_started(study: optuna.Study) -> bool:
+    """No trial ever ran (at most queued seeds) and no live controller holds it: a start that
+    failed (an engine missing, a flag refused), which the same command may create again."""
+    return (all(t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False))
+            and not controller_alive(study.user_attrs.get("controller")))
 
 
 def enqueue_space_seeds(study: optuna.Study, space: Space) -> None:

@@ -4,6 +4,7 @@ typer's CliRunner where no subprocess is what is tested."""
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,22 @@ def test_a_long_start_up_prints_heartbeats_when_piped(cli):
     result = cli.run("--progress-every", "1", "sweep", "slow.yaml", "--study", "s", "--trials", "1")
     beats = [line for line in result.stdout.splitlines() if re.search(r"trial 0: wait_ready, \d+s; engine log: ", line)]
     assert len(beats) >= 2 and "Loading safetensors checkpoint shards" in "".join(beats), result.stdout
+
+
+# ---------------------------------------------------------------- 4. a failed start can be rerun
+
+def test_a_start_that_failed_before_its_first_trial_can_be_rerun_as_it_was(tmp_path):
+    broken = tmp_path / "no-engine-python"  # an interpreter without the engine, as a newcomer's venv
+    broken.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'aiohttp'\" >&2\nexit 1\n")
+    broken.chmod(0o755)
+    (tmp_path / "hosts.yaml").write_text(f"hosts:\n  local: {{transport: local, python: {broken}}}\n")
+    (tmp_path / "space.yaml").write_text(ONE_LEVER.replace("[4, 8]", "[8]"))
+    argv = ("sweep", "space.yaml", "--study", "s", "--trials", "1")
+    first = invoke(tmp_path, *argv)
+    assert first.exit_code == 2 and "Traceback" not in first.output, first.output
+    assert ("cannot read the engine's flags on local: " in first.output
+            and "exited 1: ModuleNotFoundError: No module named 'aiohttp'" in first.output
+            and "run the same command again" in first.output), first.output
+    (tmp_path / "hosts.yaml").write_text(f"hosts:\n  local: {{transport: local, python: {sys.executable}}}\n")
+    again = invoke(tmp_path, *argv)
+    assert "already exists" not in again.output and "sweep s: 1 of 1 evaluations" in again.output, again.output
