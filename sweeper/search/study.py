@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import time
@@ -45,6 +46,21 @@ from sweeper.outcomes import FailureKind
 
 MAX_RETRIES = 2
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+class FailedTrialLines(logging.Filter):
+    """Optuna's warnings about a trial that raised, as one line: none for Ctrl-C (the CLI says it
+    in one line), no traceback for the rest (an InfraError is retried and recorded; a bug raises
+    on, with its traceback), and not the "failed with value None" that follows each."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and issubclass(record.exc_info[0], KeyboardInterrupt):
+            return False
+        record.exc_info, record.exc_text = None, None
+        return not record.getMessage().endswith("failed with value None.")
+
+
+logging.getLogger("optuna.study._optimize").addFilter(FailedTrialLines())
 
 
 # ---------------------------------------------------------------- where a study lives

@@ -4,6 +4,8 @@ typer's CliRunner where no subprocess is what is tested."""
 from __future__ import annotations
 
 import re
+import signal
+import time
 import sys
 from pathlib import Path
 
@@ -108,3 +110,22 @@ def test_a_start_that_failed_before_its_first_trial_can_be_rerun_as_it_was(tmp_p
     (tmp_path / "hosts.yaml").write_text(f"hosts:\n  local: {{transport: local, python: {sys.executable}}}\n")
     again = invoke(tmp_path, *argv)
     assert "already exists" not in again.output and "sweep s: 1 of 1 evaluations" in again.output, again.output
+
+
+# ---------------------------------------------------------------- 5. no traceback on any failure path
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_mid_start_up_prints_one_line_and_no_traceback(cli, signum):
+    slow = ONE_LEVER.replace("--load-seconds: 30", "--load-seconds: 6000").replace("[4, 8]", "[8]")
+    (cli.workdir / "slow.yaml").write_text(slow)
+    process = cli.start("sweep", "slow.yaml", "--study", "s", "--trials", "1")
+    started = cli.workdir / "results" / "s" / "trials" / "0" / "process.json"
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1)  # into wait_ready
+    process.send_signal(signum)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, (out, err)
+    assert err.strip().splitlines() == ["interrupted: the running server was stopped and the trial recorded. "
+                                        "Continue with: sweeper resume s --results results"], err
