@@ -457,13 +457,15 @@ def check_workload_files(space: Space, text: str, source: str) -> Space:
 
 
 def parse_space(text: str, source: str) -> Space:
-    data, lines = parse_yaml_with_lines(text, source)
+    duplicates: list[ConfigError] = []
+    data, lines = parse_yaml_with_lines(text, source, duplicates)
     if not isinstance(data, dict):
         raise ConfigError(source, "", "expected a mapping at the top level")
-    space = validate_model(source, data, lines, Space)
-    if problems := _cross_check_space(space):
-        raise ConfigError.all_of([ConfigError(source, format_path(path), message, line_of(lines, path))
-                                  for path, message in problems])
+    space = validate_model(source, data, lines, Space, duplicates)
+    problems = duplicates + [ConfigError(source, format_path(path), message, line_of(lines, path))
+                             for path, message in _cross_check_space(space)]
+    if problems:
+        raise ConfigError.all_of(sorted(problems, key=lambda e: e.line or 0))
     return space
 
 

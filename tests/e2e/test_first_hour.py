@@ -129,3 +129,65 @@ def test_ctrl_c_or_sigterm_mid_start_up_prints_one_line_and_no_traceback(cli, si
     assert process.returncode == 130, (out, err)
     assert err.strip().splitlines() == ["interrupted: the running server was stopped and the trial recorded. "
                                         "Continue with: sweeper resume s --results results"], err
+
+
+def test_config_errors_speak_the_files_words_and_suggest_the_key_meant(tmp_path):
+    (tmp_path / "space.yaml").write_text("""\
+name: bad
+engine: sim
+parameters:
+  tp_size: {type: categorcal, choices: [4, 8], flag: --tp-size}
+  ep_size: {type: int, low: 1, high: 8, flag: --ep-size, stepp: 2}
+workload: {input_len: 64, concurency: [1, 4]}
+launch: {ready_timeout_s: abc}
+""")
+    result = invoke(tmp_path, "doctor", "space.yaml", "--host", "locl")
+    assert result.exit_code == 2
+    assert result.output.splitlines() == [
+        "error: space.yaml:1: model: required key missing",
+        "space.yaml:4: parameters.tp_size: 'categorcal' is not a type: expected one of 'categorical', 'int', "
+        "'float', 'bool' (did you mean 'categorical'?)",
+        "space.yaml:5: parameters.ep_size.stepp: unknown key (did you mean 'step'?)",
+        "space.yaml:6: workload.concurency: unknown key (did you mean 'concurrency'?)",
+        "space.yaml:7: launch.ready_timeout_s: expected a number (got 'abc')"], result.output
+    demo_space(tmp_path)
+    result = invoke(tmp_path, "doctor", "space.yaml", "--host", "locl")
+    assert result.exit_code == 2 and "hosts.locl: no such host (known: local) (did you mean 'local'?)" in result.output
+
+
+# ---------------------------------------------------------------- 6. a duplicate key hides nothing
+
+def test_a_duplicate_key_is_reported_with_the_files_other_problems(tmp_path):
+    demo_space(tmp_path, **{"engine: sim\n": "engine: sim\nengine: sim\n",
+                            "budget: {trials: 36}": "budget: {trials: 36, hours: 2}"})
+    result = invoke(tmp_path, "sweep", "space.yaml")
+    assert result.exit_code == 2 and not (tmp_path / "results").exists()
+    lines = result.output.splitlines()
+    assert lines[0].startswith("error: space.yaml:5: engine: duplicate key (first at line 4)"), lines
+    assert len(lines) == 2 and "budget.hours: unknown key" in lines[1], lines
+
+
+def test_doctor_gives_one_problem_line_for_one_wrong_python(tmp_path):
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  local: {transport: local, python: /nonexistent/python}\n")
+    demo_space(tmp_path)
+    result = invoke(tmp_path, "doctor", "space.yaml")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    problems = [line for line in result.output.splitlines() if line.startswith("problem")]
+    assert problems == ["problem  python: /nonexistent/python: exited -1: FileNotFoundError: [Errno 2] No such "
+                        "file or directory: '/nonexistent/python'"], result.output
+    assert "skipped  engine: not checked: needs the python check above to pass" in result.output
+
+
+def test_doctor_names_a_missing_engine_in_one_line(tmp_path):
+    broken = tmp_path / "bare-python"  # a Python without sweeper: its importlib traceback
+    broken.write_text("#!/bin/sh\ncase \"$2\" in *sys.version*) echo 3.11.0; exit 0;; esac\nprintf 'Traceback (most recent call last):\\n  File x\\n"
+                      "importlib.metadata.PackageNotFoundError: No package metadata was found for sweeper\\n' >&2\n"
+                      "exit 1\n")
+    broken.chmod(0o755)
+    (tmp_path / "hosts.yaml").write_text(f"hosts:\n  local: {{transport: local, python: {broken}}}\n")
+    demo_space(tmp_path)
+    result = invoke(tmp_path, "doctor", "space.yaml")
+    engine = [line for line in result.output.splitlines() if "engine:" in line]
+    assert engine == [f"problem  engine: sim is not installed for {broken}: exited 1: importlib.metadata."
+                      "PackageNotFoundError: No package metadata was found for sweeper"], result.output
+    assert "Traceback" not in result.output and "File x" not in result.output
