@@ -45,7 +45,8 @@ def profile(
 def kernels(
     traces: list[Path] = typer.Argument(..., help="Torch profiler traces (.json, .json.gz) or folders of them."),
     top: int = typer.Option(15, "--top", min=1, help="Kernels listed."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the table as JSON here."),
+    as_json: bool = typer.Option(False, "--json", help="Print the table as JSON to stdout instead."),
+    json_file: Optional[Path] = typer.Option(None, "--json-file", help="Also write the table as JSON here."),
 ) -> None:
     """The kernel table of saved torch profiler traces (from `sweeper profile` or any engine)."""
     import json as json_module
@@ -54,7 +55,10 @@ def kernels(
 
     with user_errors():
         result = summarize_trace_files(traces, top)
-        console.print(result.text, markup=False, highlight=False, end="")
-        if json_out:
-            json_out.write_text(json_module.dumps(result.record, indent=2))
-            console.print(f"wrote {json_out}")
+        if as_json:
+            typer.echo(json_module.dumps(result.record, indent=2))
+        else:
+            console.print(result.text, markup=False, highlight=False, end="")
+        if json_file:
+            json_file.write_text(json_module.dumps(result.record, indent=2))
+            (err if as_json else console).print(f"wrote {json_file}")

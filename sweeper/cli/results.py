@@ -12,7 +12,7 @@ import optuna
 import typer
 from rich.live import Live
 
-from sweeper.cli.common import RESULTS_OPT, STORAGE_OPT, console, user_errors
+from sweeper.cli.common import RESULTS_OPT, STORAGE_OPT, console, err, user_errors
 from sweeper.errors import UserError
 from sweeper.results.show import build_best_record, build_show_record, format_show
 from sweeper.results.table import format_leaderboard_table
@@ -26,7 +26,9 @@ def leaderboard(
     level: Optional[str] = typer.Option(None, "--level", help="Rank by the objective's metric at this level: a concurrency, or a request rate (r2.5 or 2.5) of an open-loop study."),
     feasible_only: bool = typer.Option(False, "--feasible-only", help="Only trials that rank."),
     csv: Optional[Path] = typer.Option(None, "--csv", help="Write the rows, one per trial, to this CSV."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="... to this JSON file (a list of records)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the rows to stdout as JSON (a list of records) "
+                                 "instead of the table."),
+    json_file: Optional[Path] = typer.Option(None, "--json-file", help="... to this JSON file (a list of records)."),
     parquet: Optional[Path] = typer.Option(None, "--parquet", help="... to this Parquet file."),
     storage: Optional[str] = STORAGE_OPT,
     results: Path = RESULTS_OPT,
@@ -36,12 +38,14 @@ def leaderboard(
 
     with user_errors():
         optuna_study = load_study(study, results, storage)
-        console.print(format_leaderboard_table(optuna_study, top or 10, level, feasible_only))
-        exports = [(path, fmt) for path, fmt in ((csv, "csv"), (json_out, "json"), (parquet, "parquet")) if path]
-        if exports:
-            frame = build_export_frame(optuna_study, level, feasible_only, top)
-            for path, fmt in exports:
-                console.print(f"wrote {write_export(frame, path, fmt)}")
+        exports = [(path, fmt) for path, fmt in ((csv, "csv"), (json_file, "json"), (parquet, "parquet")) if path]
+        frame = build_export_frame(optuna_study, level, feasible_only, top) if exports or as_json else None
+        if as_json:
+            typer.echo(frame.to_json(orient="records", indent=1))
+        else:
+            console.print(format_leaderboard_table(optuna_study, top or 10, level, feasible_only))
+        for path, fmt in exports:
+            (err if as_json else console).print(f"wrote {write_export(frame, path, fmt)}")
 
 
 def report(
