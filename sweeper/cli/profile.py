@@ -8,12 +8,12 @@ from typing import Optional
 
 import typer
 
-from sweeper.cli.common import RESULTS_OPT, STORAGE_OPT, console, err, interrupts_as_keyboard, user_errors
+from sweeper.cli.common import STUDY_ARG, pick_study, RESULTS_OPT, STORAGE_OPT, console, err, interrupts_as_keyboard, user_errors
 from sweeper.search.study import load_study
 
 
 def profile(
-    study: str = typer.Argument(..., help="Study name."),
+    study: Optional[str] = STUDY_ARG,
     trial: Optional[int] = typer.Option(None, "--trial", min=0, help="Profile this trial's config."),
     best_config: bool = typer.Option(False, "--best", help="Profile the study's best feasible config."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="Requests in flight (default: the objective's level)."),
@@ -28,6 +28,7 @@ def profile(
     from sweeper.profile.command import profile_study_trial
 
     with user_errors():
+        study = pick_study(study, results, storage)
         optuna_study = load_study(study, results, storage)
         try:
             with interrupts_as_keyboard():

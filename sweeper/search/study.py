@@ -23,7 +23,7 @@ from sweeper.spec.space import Space, space_fingerprint
 from sweeper.engines import get_engine
 from sweeper.engines import installed
 from sweeper.engines.versions import deprecation_warnings
-from sweeper.errors import InfraError, PortClash, UserError, import_optional
+from sweeper.errors import InfraError, PortClash, UserError, did_you_mean, import_optional
 from sweeper.hosts import Host, ServerProcess
 from sweeper.hosts.base import LaunchIntent
 from sweeper.hosts.gpu import MODEL_QUERY, GpuParseError, format_gpu_model
@@ -207,14 +207,30 @@ def study_servers(study: optuna.Study, host_name: str) -> list[ServerProcess]:
             if t.user_attrs.get("process", {}).get("host") == host_name]
 
 
+def study_names(results_dir: Path, storage: str | None) -> list[str]:
+    """The studies there are: in `storage`, or (by default) one SQLite file per folder of `results_dir`."""
+    if storage:
+        return sorted(optuna.get_all_study_names(open_storage(storage)))
+    return sorted(p.parent.name for p in results_dir.glob("*/study.db")) if results_dir.is_dir() else []
+
+
+def format_known_studies(names: list[str], wanted: str | None = None) -> str:
+    """'studies there: a, b (did you mean 'a'?)' for an error about a study not found."""
+    if not names:
+        return "there is no study there yet"
+    return f"studies there: {', '.join(names)}" + (did_you_mean(wanted, names) if wanted else "")
+
+
 def open_study_storage(name: str, results_dir: Path, storage: str | None) -> optuna.storages.RDBStorage:
-    """The storage that holds the study `name`; a UserError where it does not."""
+    """The storage that holds the study `name`; a UserError where it does not (naming those there are)."""
     url = storage_url(results_dir, name, storage)
     if storage is None and not Path(url.removeprefix("sqlite:///")).exists():
-        raise UserError(f"no study {name!r} under {results_dir} (looked for {url.removeprefix('sqlite:///')})")
+        raise UserError(f"no study {name!r} under {results_dir}; "
+                        f"{format_known_studies(study_names(results_dir, None), name)}")
     rdb = open_storage(url)
     if not study_exists(rdb, name):
-        raise UserError(f"no study named {name!r} in {redact_url(url)}")
+        raise UserError(f"no study named {name!r} in {redact_url(url)}; "
+                        f"{format_known_studies(sorted(optuna.get_all_study_names(rdb)), name)}")
     return rdb
 
 

@@ -423,7 +423,11 @@ class Space(Strict):
 
 def load_space(path: Path) -> Space:
     if not path.is_file():
-        raise ConfigError(str(path), "", "file not found")
+        from sweeper.spaces import packaged_spaces  # the names a SPACE argument may also be
+
+        names = sorted(packaged_spaces())
+        raise ConfigError(str(path), "", f"file not found (or a packaged space: {', '.join(names)})"
+                          + did_you_mean(str(path).removesuffix(".yaml"), names))
     text = path.read_text()
     return check_workload_files(resolve_workload_paths(parse_space(text, str(path)), path.parent), text, str(path))
 

@@ -3,6 +3,7 @@ typer's CliRunner where no subprocess is what is tested."""
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import time
@@ -191,3 +192,63 @@ def test_doctor_names_a_missing_engine_in_one_line(tmp_path):
     assert engine == [f"problem  engine: sim is not installed for {broken}: exited 1: importlib.metadata."
                       "PackageNotFoundError: No package metadata was found for sweeper"], result.output
     assert "Traceback" not in result.output and "File x" not in result.output
+
+
+# ---------------------------------------------------------------- 7. conventions
+
+def test_one_study_needs_no_name_and_a_wrong_name_lists_those_there_are(tmp_path):
+    (tmp_path / "space.yaml").write_text(ONE_LEVER.replace("[4, 8]", "[8]"))
+    assert invoke(tmp_path, "sweep", "space.yaml", "--study", "only", "--trials", "1").exit_code == 0
+    shown = invoke(tmp_path, "show")
+    assert shown.exit_code == 0 and shown.output.startswith("study only: 1 trials"), shown.output
+    wrong = invoke(tmp_path, "best", "onyl")
+    assert wrong.exit_code == 2 and "no study 'onyl' under results; studies there: only (did you mean 'only'?)" \
+        in wrong.output, wrong.output
+    (tmp_path / "results" / "other" ).mkdir()
+    (tmp_path / "results" / "other" / "study.db").write_bytes((tmp_path / "results" / "only" / "study.db").read_bytes())
+    which = invoke(tmp_path, "leaderboard")
+    assert which.exit_code == 2 and "name the study: studies there: only, other" in which.output, which.output
+
+
+def test_json_means_stdout_and_a_file_is_a_path_option(tmp_path):
+    (tmp_path / "space.yaml").write_text(ONE_LEVER.replace("[4, 8]", "[8]"))
+    assert invoke(tmp_path, "sweep", "space.yaml", "--study", "j", "--trials", "1").exit_code == 0
+    result = invoke(tmp_path, "leaderboard", "j", "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout)[0]["trial"] == 0, result.output
+    assert invoke(tmp_path, "leaderboard", "j", "--json-file", "rows.json").exit_code == 0
+    assert json.loads((tmp_path / "rows.json").read_text())[0]["trial"] == 0
+    assert invoke(tmp_path, "leaderboard", "j", "--json", "-").exit_code != 0 and not (tmp_path / "-").exists()
+
+
+def test_shell_completion_can_be_installed():
+    result = CliRunner().invoke(app, ["--show-completion", "bash"])
+    assert result.exit_code == 0 and "complete" in result.output, result.output
+    assert "--install-completion" in CliRunner().invoke(app, ["--help"]).output
+
+
+def test_init_writes_a_space_and_hosts_that_doctor_accepts_and_never_overwrites(tmp_path):
+    result = invoke(tmp_path, "init")
+    assert result.exit_code == 0 and (tmp_path / "space.yaml").is_file() and (tmp_path / "hosts.yaml").is_file()
+    assert invoke(tmp_path, "doctor", "space.yaml").exit_code == 0
+    (tmp_path / "space.yaml").write_text("mine")
+    again = invoke(tmp_path, "init", "--template", "dsv4-flash-sm12")
+    assert again.exit_code == 2 and "did you mean 'dsv4-flash-sm120'?" in again.output
+    again = invoke(tmp_path, "init", "--template", "dsv4-flash-sm120")
+    assert again.exit_code == 2 and "nothing written" in again.output and (tmp_path / "space.yaml").read_text() == "mine"
+
+
+def test_a_packaged_space_is_named_from_the_cli(tmp_path):
+    assert invoke(tmp_path, "doctor", "demo").exit_code == 0
+    typo = invoke(tmp_path, "doctor", "dmeo")
+    assert typo.exit_code == 2 and "file not found (or a packaged space: demo, " in typo.output \
+        and "(did you mean 'demo'?)" in typo.output
+
+
+@pytest.mark.timeout(600)
+def test_demo_ends_with_the_winner_and_its_distance_to_the_optimum(tmp_path):
+    result = invoke(tmp_path, "demo", "--trials", "2")
+    assert result.exit_code == 0, result.output
+    tail = result.output.splitlines()[-6:]
+    assert any(line.startswith("winner: trial ") for line in tail), tail
+    assert any(line.startswith("the simulator's optimum (modelled, ") for line in tail), tail
+    assert re.search(r"best trial \d+ measured [\d.]+, modelled [\d.]+ = [\d.]+% of the optimum", tail[-1]), tail
