@@ -95,7 +95,7 @@ def _sweep_many(space_file: Path, space: Space, hosts: Path, host_names: list[st
     codes = run_worker_processes(argvs, storage)
     if 130 in codes:
         err.print(f"[yellow]interrupted:[/] each worker stopped its server and recorded its trial. "
-                  f"Continue with: sweeper worker {name} --host HOST --storage ... (README \"Many hosts\")")
+                  f"Continue with: sweeper worker {name} --host HOST --storage ... (docs/hosts.md \"Many hosts\")")
         raise typer.Exit(130)
     console.print(format_leaderboard_table(load_study(name, results, storage), top))
     if any(codes):

@@ -180,7 +180,7 @@ class Workload(Strict):
     input_len: Annotated[int, Field(ge=1)] | LengthSpec = 128
     output_len: Annotated[int, Field(ge=2)] | LengthSpec = 32
     concurrency: list[int] = Field([1, 2, 4, 8, 16], min_length=1)
-    # open-loop levels (README "Workload keys"): set, each level is an open loop at one of these
+    # open-loop levels (docs/configuration.md "Workload keys"): set, each level is an open loop at one of these
     # rates (requests per modelled second) and `concurrency` is not the ladder
     request_rates: list[float] | None = Field(None, min_length=1, description=(
         "open-loop levels: requests/s, positive and increasing"))
@@ -192,7 +192,7 @@ class Workload(Strict):
     warmup_rounds: int = Field(1, ge=0, description="rounds of C requests sent first, not measured")
     request_timeout_s: float = Field(600.0, gt=0)
     seed: int = 0
-    # measurement options (sweeper/loadgen; README "Workload keys")
+    # measurement options (sweeper/loadgen; docs/configuration.md "Workload keys")
     repeats: int = Field(1, ge=1, description="measured runs per level; the median one is kept")
     slo_ttft_ms: float | None = Field(None, gt=0, description="TTFT SLO for goodput")
     slo_tpot_ms: float | None = Field(None, gt=0, description="TPOT SLO for goodput")
@@ -204,19 +204,19 @@ class Workload(Strict):
     stall_timeout_s: float | None = Field(None, gt=0, description="no byte this long: a hang (default: launch's)")
     max_client_lag_ms: float = Field(MAX_CLIENT_LAG_P99_MS, gt=0, description="client event-loop p99 lag above this: "
                                      "the level is invalid (raise it on a shared, busy controller)")
-    # SLO capacity search (objective max_load_within_slo; README "SLO capacity")
+    # SLO capacity search (objective max_load_within_slo; docs/commands.md "SLO capacity")
     capacity_max_concurrency: int = Field(256, ge=1, description="the search's ceiling")
     capacity_resolution: int = Field(1, ge=1, description="stop when holding and failing C are this close")
     # ...over the request rate, with request_rates: [start] (as `sweeper load --find-capacity --rate`)
     capacity_max_rate: float = Field(1000.0, gt=0, description="a rate search's ceiling (req/s)")
     capacity_rate_resolution: float = Field(0.05, gt=0, lt=1, description=(
         "a rate search stops when failing and holding rates are within this fraction of the holding one"))
-    # prompt sources (README "Prompt sources and shared prefixes"); paths relative to the space file
+    # prompt sources (docs/measurement.md "Prompt sources and shared prefixes"); paths relative to the space file
     dataset: str | None = Field(None, description="ShareGPT JSON or JSONL file of prompts, sent verbatim")
     dataset_format: Literal["sharegpt", "jsonl"] | None = Field(None, description="default: from the content")
     tokenizer: str | None = Field(None, description="tokenizer.json (or its folder): prompt token counts")
     shared_prefix: SharedPrefix | None = None
-    # precision-driven levels (loadgen/precision.py; README "Precision-driven levels"): unset, a
+    # precision-driven levels (loadgen/precision.py; docs/measurement.md "Precision-driven levels"): unset, a
     # level is warmup_rounds + repeats runs of a fixed size, as before
     precision: float | None = Field(None, gt=0, lt=1, description=(
         "send until the 95% CI of output tok/s is within this relative half-width (e.g. 0.02)"))
@@ -327,7 +327,7 @@ class OutputCheck(Strict):
     # none: only require that a generation succeeds (random-weight models, whose near-tied logits
     # make greedy tokens flip with any numerics-changing lever: threads, batch, KV type)
     mode: Literal["auto", "reference-only", "none"] = "auto"
-    # The correctness gate (sweeper/trial/gate.py; README "Output-correctness gate")
+    # The correctness gate (sweeper/trial/gate.py; docs/measurement.md "The correctness gate")
     prompts: list[str] = Field(default_factory=lambda: list(DEFAULT_CHECK_PROMPTS), min_length=1,
                                description="greedy prompt set; setting only `prompt` checks that one")
     k_tokens: int = Field(8, ge=1, description="first K greedy tokens compared with the reference")
