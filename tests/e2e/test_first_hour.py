@@ -4,23 +4,25 @@ typer's CliRunner where no subprocess is what is tested."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import signal
-import time
+import subprocess
 import sys
+import sysconfig
+import time
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from sweeper.cli import app
-from tests.support.paths import DEMO_SPACE
+from tests.support.paths import DEMO_SPACE, ROOT
 
 
-def invoke(workdir: Path, *args: str, monkeypatch=None):
-    """The app in `workdir`, as `sweeper ARGS` there (stdout and stderr apart)."""
-    import os
-
+def invoke(workdir: Path, *args: str):
+    """The app in `workdir`, as `sweeper ARGS` there."""
     old = Path.cwd()
     os.chdir(workdir)
     try:
@@ -252,3 +254,57 @@ def test_demo_ends_with_the_winner_and_its_distance_to_the_optimum(tmp_path):
     assert any(line.startswith("winner: trial ") for line in tail), tail
     assert any(line.startswith("the simulator's optimum (modelled, ") for line in tail), tail
     assert re.search(r"best trial \d+ measured [\d.]+, modelled [\d.]+ = [\d.]+% of the optimum", tail[-1]), tail
+
+
+# ---------------------------------------------------------------- pip install of a clone, an empty folder
+
+def copy_of_the_checkout(target: Path) -> Path:
+    """The files a clone has (tracked, and new ones git does not ignore), links kept."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
+                            text=True, check=True).stdout.split("\0")
+    for name in filter(None, listed):
+        source, copy = ROOT / name, target / name
+        if not source.exists() and not source.is_symlink():
+            continue  # deleted in the working tree
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_symlink():
+            copy.symlink_to(os.readlink(source))
+        else:
+            shutil.copy2(source, copy)
+    return target
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_pip_install_of_a_clone_then_init_doctor_and_demo_in_an_empty_folder(tmp_path):
+    """As a newcomer: pip install the clone into a fresh venv (offline: the dependencies come from
+    this interpreter's site-packages through a .pth file, the build without isolation), then in an
+    empty folder `sweeper init`, `sweeper doctor` on the written files and `sweeper demo`."""
+    source = copy_of_the_checkout(tmp_path / "clone")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
+                                "--no-build-isolation", "--no-index", "--ignore-installed", str(source)],
+                               env=env, capture_output=True, text=True, timeout=600)
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    sweeper = str(venv / "bin" / "sweeper")
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sweeper, *args], cwd=empty, env=env, capture_output=True, text=True, timeout=600)
+
+    where = subprocess.run([str(python), "-c", "import sweeper; print(sweeper.__file__)"], cwd=empty, env=env,
+                           capture_output=True, text=True)
+    assert where.stdout.startswith(str(site)), where  # the installed package, not the checkout
+    assert run("init").returncode == 0 and {p.name for p in empty.iterdir()} == {"space.yaml", "hosts.yaml"}
+    doctor = run("doctor", "space.yaml")
+    assert doctor.returncode == 0 and "problem" not in doctor.stdout, doctor.stdout + doctor.stderr
+    demo = run("demo", "--trials", "2")
+    assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
+    assert "% of the optimum" in demo.stdout.splitlines()[-1] and (empty / "results").is_dir()
