@@ -80,7 +80,6 @@ _PLAIN = {"missing": "required key missing", "int_parsing": "expected an integer
           "model_attributes_type": "expected a mapping"}
 _BOUNDS = {"greater_than": "must be above {gt}", "greater_than_equal": "must be at least {ge}",
            "less_than": "must be below {lt}", "less_than_equal": "must be at most {le}",
-           "too_short": "needs at least {min_length} item(s)", "too_long": "takes at most {max_length} item(s)",
            "literal_error": "expected one of {expected}", "string_pattern_mismatch": "must match {pattern}"}
 
 
@@ -91,7 +90,10 @@ def _message(error: dict) -> str:
     if kind == "union_tag_invalid":
         return (f"{ctx.get('tag')!r} is not a {ctx.get('discriminator', 'type').strip(chr(39))}: expected one of "
                 f"{ctx.get('expected_tags')}")
-    if kind in _PLAIN:
+    if kind in ("too_short", "too_long"):
+        count = ctx.get("min_length" if kind == "too_short" else "max_length")
+        message = f"{'needs at least' if kind == 'too_short' else 'takes at most'} {count} item{'' if count == 1 else 's'}"
+    elif kind in _PLAIN:
         message = _PLAIN[kind]
     elif kind in _BOUNDS:
         message = _BOUNDS[kind].format(**ctx)
