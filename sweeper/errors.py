@@ -31,6 +31,14 @@ class ConfigError(UserError):
         return cls(first.file, first.path, first.detail, first.line, tuple(rest))
 
 
+def did_you_mean(word: str, known) -> str:
+    """' (did you mean 'x'?)' when `word` is close to one of `known` (difflib), else ''."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(k) for k in known], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def import_optional(module: str, extra: str, what: str):
     """An optional dependency, or a UserError saying which extra brings it."""
     import importlib

@@ -3,6 +3,7 @@
 - app.py       the app: global options (--version, --quiet, --verbose, --log-file) and every command, registered once
 - common.py    consoles, shared options, UserError -> exit code, SIGTERM/SIGHUP -> Ctrl-C, output settings
 - progress.py  a sweep's progress for people and logs, and how a run of trials ends
+- init.py      init: a space and a hosts file from the packaged templates
 - doctor.py    doctor: every check a sweep needs, without a launch
 - sweep.py     sweep, resume, worker, demo
 - results.py   leaderboard, show, best, report

@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from sweeper.cli.common import RESULTS_OPT, STORAGE_OPT, console, parse_duration, user_errors
+from sweeper.cli.common import SPACE_ARG, RESULTS_OPT, STORAGE_OPT, console, parse_duration, user_errors
 from sweeper.cli.progress import LineEvents, open_new_study, warm_start_study, with_progress
 from sweeper.cli.sweep import WARM_START_OPT
 from sweeper.errors import UserError
@@ -31,7 +31,7 @@ class CliIO:
 
 
 def campaign(
-    space_file: Path = typer.Argument(..., help="Search-space YAML file."),
+    space_file: Path = SPACE_ARG,
     study: Optional[str] = typer.Option(None, "--study", help="Study name (default: space name + time)."),
     time_budget: Optional[str] = typer.Option(None, "--time-budget", help="The whole campaign, e.g. 8h: the sweep "
                                               "stops starting trials at 60% of it, validation at 100%."),

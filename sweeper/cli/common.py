@@ -27,6 +27,7 @@ class Output:
     quiet = False
     verbose = False
     log_file: Path | None = None
+    heartbeat_s = 30.0  # piped: a line when a stage has been silent this long (--progress-every)
 
 
 OUTPUT = Output()
@@ -65,19 +66,43 @@ class VerboseLines(logging.Handler):
 VERBOSE_LINES = VerboseLines()
 
 
-def set_output(quiet: bool, verbose: bool, log_file: Path | None) -> None:
+def set_output(quiet: bool, verbose: bool, log_file: Path | None, heartbeat_s: float = 30.0) -> None:
     """The app's output options; --verbose routes the `sweeper` loggers' INFO records to VERBOSE_LINES."""
     if quiet and verbose:
         raise UserError("--verbose and --quiet contradict each other: give one of them")
-    OUTPUT.quiet, OUTPUT.verbose, OUTPUT.log_file = quiet, verbose, log_file
+    OUTPUT.quiet, OUTPUT.verbose, OUTPUT.log_file, OUTPUT.heartbeat_s = quiet, verbose, log_file, heartbeat_s
     logger = logging.getLogger("sweeper")
     if verbose and VERBOSE_LINES not in logger.handlers:
         logger.setLevel(logging.INFO)
         logger.addHandler(VERBOSE_LINES)
 
+def space_argument(path: Path) -> Path:
+    """A SPACE argument: a file, or the name of a space shipped in the package (demo, ...)."""
+    from sweeper.spaces import find_space_file
+
+    return find_space_file(path)
+
+
+SPACE_ARG = typer.Argument(..., help="Search-space YAML file, or a packaged space's name (demo, dsv4-flash-sm120, "
+                           "vllm-moe-example).", callback=space_argument)
 RESULTS_OPT = typer.Option(Path("results"), "--results", help="Folder holding one folder per study.")
 STORAGE_OPT = typer.Option(None, "--storage", envvar="SWEEPER_STORAGE",
                            help="Any Optuna storage URL, or $SWEEPER_STORAGE (default: SQLite in the study folder).")
+
+
+STUDY_ARG = typer.Argument(None, help="Study name (may be left out when --results holds one study).")
+
+
+def pick_study(study: str | None, results: Path, storage: str | None) -> str:
+    """The STUDY argument, or the only study there is; else a UserError listing them."""
+    if study is not None:
+        return study
+    from sweeper.search.study import format_known_studies, study_names
+
+    names = study_names(results, storage)
+    if len(names) == 1:
+        return names[0]
+    raise UserError(f"name the study: {format_known_studies(names)}" + ("" if names else f" (under {results})"))
 
 
 def parse_duration(text: str) -> float:

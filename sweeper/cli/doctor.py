@@ -7,14 +7,14 @@ from pathlib import Path
 
 import typer
 
-from sweeper.cli.common import console, user_errors
+from sweeper.cli.common import SPACE_ARG, console, user_errors
 from sweeper.spec.hosts import load_host
 from sweeper.spec.space import load_space
 from sweeper.search.doctor import Check, run_checks
 
 
 def doctor(
-    space_file: Path = typer.Argument(..., help="Search-space YAML file."),
+    space_file: Path = SPACE_ARG,
     host: str = typer.Option("local", "--host"),
     hosts: Path = typer.Option(Path("hosts.yaml"), "--hosts"),
     as_json: bool = typer.Option(False, "--json", help="Print the checks as a JSON list."),
@@ -35,6 +35,8 @@ def doctor(
 
 
 def format_check(check: Check) -> str:
+    if check.skipped:
+        return f"skipped  {check.name}: {check.detail}"
     if check.ok:
         return f"ok       {check.name}: {check.detail}"
     return f"problem  {check.name}: {check.detail}" + (f"\n         fix: {check.fix}" if check.fix else "")

@@ -23,7 +23,10 @@ def load(
                                    help="And at least this many rounds of C requests per level (more: a shorter "
                                         "drain at the end, so a queueing server's level stays valid)."),
     model: Optional[str] = typer.Option(None, "--model", help="Model name (default: the first of /v1/models)."),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Write one object per level (bench_serving key names)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one object per level (bench_serving key names) to "
+                                 "stdout instead of the table."),
+    json_path: Optional[Path] = typer.Option(None, "--json-file", help="Write one object per level (bench_serving "
+                                             "key names) to this file."),
     api: str = typer.Option("completions", "--api", help="completions (token-id prompts), chat (text prompts) or generate (SGLang's native /generate)."),
     engine: Optional[str] = typer.Option(None, "--engine", help="Send what this engine's server accepts (its endpoint and fields; replaces --api), e.g. transformers."),
     repeats: int = typer.Option(1, "--repeats", min=1, help="Measured runs per level; the median is kept."),
@@ -68,7 +71,10 @@ def load(
     """Measure a running server with sweeper's client and metrics; launches nothing."""
     from sweeper.loadgen.client import StreamOptions
     from sweeper.loadgen.datasets import FORMATS
-    from sweeper.loadgen.ladder import LoadPlan, load_records, parse_api, parse_levels, run_load, write_load_records
+    import json
+
+    from sweeper.loadgen.ladder import (LoadPlan, bench_serving_record, load_records, parse_api, parse_levels, run_load,
+                                        write_load_records)
     from sweeper.loadgen.probe import LevelProbe
     from sweeper.loadgen.vocab import local_vocab_size
     from sweeper.loadgen.workload import tokenizer_from_file
@@ -98,7 +104,7 @@ def load(
             plan = _fitted_to_engine(plan, engine)
         if find_capacity:
             _find_capacity(url, model, plan, slo_p99_ttft_ms, slo_p99_tpot_ms, max_concurrency, max_rate,
-                           resolution, json_path)
+                           resolution, json_path, as_json)
             return
         if slo_p99_ttft_ms or slo_p99_tpot_ms:
             raise UserError("--slo-p99-ttft-ms/--slo-p99-tpot-ms are the capacity search's SLO: add "
@@ -116,17 +122,20 @@ def load(
             err.print(f"C={level}: {m['output_throughput']:.1f} output tok/s{ci}", highlight=False)
 
         results = run_load(url, model, plan, on_level=show_level)
-        console.print(table)
+        if as_json:
+            typer.echo(json.dumps([bench_serving_record(m) for m in results], indent=2))
+        else:
+            console.print(table)
         if json_path:
             write_load_records(json_path, results)
-            console.print(f"wrote {json_path}")
+            (err if as_json else console).print(f"wrote {json_path}")
         if not all(m["valid"] for m in results):
             raise typer.Exit(3)
 
 
 def _find_capacity(url: str, model: str, plan, ttft_ms: float | None, tpot_ms: float | None,
                    max_concurrency: int | None, max_rate: float, resolution: float | None,
-                   json_path: Path | None) -> None:
+                   json_path: Path | None, as_json: bool = False) -> None:
     """--find-capacity: the search, each level shown as measured, the answer and its record."""
     import json
 
@@ -153,11 +162,13 @@ def _find_capacity(url: str, model: str, plan, ttft_ms: float | None, tpot_ms: f
                                  cap=(max_concurrency or 0) if rate else 0, on_level=show)
     key = "capacity_rate" if rate else "capacity_concurrency"
     capped = " (the ceiling: it may be higher)" if record["capped"] else ""
-    console.print(f"capacity within the SLO: {record[key]:g} {unit}{capped}, after {len(record['levels'])} levels",
-                  highlight=False)
+    (err if as_json else console).print(f"capacity within the SLO: {record[key]:g} {unit}{capped}, after "
+                                        f"{len(record['levels'])} levels", highlight=False)
+    if as_json:
+        typer.echo(json.dumps(record, indent=2))
     if json_path:
         json_path.write_text(json.dumps(record, indent=2) + "\n")
-        console.print(f"wrote {json_path}")
+        (err if as_json else console).print(f"wrote {json_path}")
 
 
 def _discovered_model(url: str) -> str:

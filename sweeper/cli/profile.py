@@ -8,12 +8,12 @@ from typing import Optional
 
 import typer
 
-from sweeper.cli.common import RESULTS_OPT, STORAGE_OPT, console, err, interrupts_as_keyboard, user_errors
+from sweeper.cli.common import STUDY_ARG, pick_study, RESULTS_OPT, STORAGE_OPT, console, err, interrupts_as_keyboard, user_errors
 from sweeper.search.study import load_study
 
 
 def profile(
-    study: str = typer.Argument(..., help="Study name."),
+    study: Optional[str] = STUDY_ARG,
     trial: Optional[int] = typer.Option(None, "--trial", min=0, help="Profile this trial's config."),
     best_config: bool = typer.Option(False, "--best", help="Profile the study's best feasible config."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="Requests in flight (default: the objective's level)."),
@@ -28,6 +28,7 @@ def profile(
     from sweeper.profile.command import profile_study_trial
 
     with user_errors():
+        study = pick_study(study, results, storage)
         optuna_study = load_study(study, results, storage)
         try:
             with interrupts_as_keyboard():
@@ -45,7 +46,8 @@ def profile(
 def kernels(
     traces: list[Path] = typer.Argument(..., help="Torch profiler traces (.json, .json.gz) or folders of them."),
     top: int = typer.Option(15, "--top", min=1, help="Kernels listed."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the table as JSON here."),
+    as_json: bool = typer.Option(False, "--json", help="Print the table as JSON to stdout instead."),
+    json_file: Optional[Path] = typer.Option(None, "--json-file", help="Also write the table as JSON here."),
 ) -> None:
     """The kernel table of saved torch profiler traces (from `sweeper profile` or any engine)."""
     import json as json_module
@@ -54,7 +56,10 @@ def kernels(
 
     with user_errors():
         result = summarize_trace_files(traces, top)
-        console.print(result.text, markup=False, highlight=False, end="")
-        if json_out:
-            json_out.write_text(json_module.dumps(result.record, indent=2))
-            console.print(f"wrote {json_out}")
+        if as_json:
+            typer.echo(json_module.dumps(result.record, indent=2))
+        else:
+            console.print(result.text, markup=False, highlight=False, end="")
+        if json_file:
+            json_file.write_text(json_module.dumps(result.record, indent=2))
+            (err if as_json else console).print(f"wrote {json_file}")

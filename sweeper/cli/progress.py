@@ -3,6 +3,8 @@ and how a run of trials ends (the leaderboard, or how to resume after Ctrl-C).""
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from contextlib import contextmanager
 from datetime import datetime
@@ -15,7 +17,9 @@ from rich.live import Live
 from sweeper.cli.common import OUTPUT, VERBOSE_LINES, console, err, interrupts_as_keyboard, write_log_file
 from sweeper.hosts import Host, open_host
 from sweeper.results.table import format_leaderboard_table
-from sweeper.search.study import StudyHandle, create_study, run_sweep
+from sweeper.errors import UserError
+from sweeper.search.study import StudyHandle, create_study, never_started, run_sweep
+from sweeper.search.verdict import build_sweep_verdict, format_verdict
 from sweeper.spec.hosts import load_host
 from sweeper.levels import Level, is_rate, short_level
 from sweeper.spec.space import Space
@@ -70,12 +74,17 @@ class RichEvents:
 class LineEvents:
     """Progress as timestamped plain lines, one per trial start, stage change, level result and
     finish: for logs (no terminal: CI, nohup, tmux logging) and for workers sharing one terminal
-    (each line prefixed with its host slot)."""
+    (each line prefixed with its host slot). A stage silent for OUTPUT.heartbeat_s gets a
+    heartbeat line (stage, elapsed, the engine's newest log line), so a long model load does not
+    look like a hang (`heartbeat()`, run by a thread while the run lasts)."""
 
     def __init__(self, prefix: str | None = None, show: bool = True):
         self.prefix, self.show = (f"[{prefix}] " if prefix else ""), show
+        self.number, self.stage_name, self.stage_started = None, "", 0.0
+        self.last_said, self.engine_line = time.monotonic(), ""
 
     def say(self, text: str, wrap: bool = True) -> None:
+        self.last_said = time.monotonic()
         line = f"{datetime.now():%H:%M:%S} {self.prefix}{text}"
         if self.show and not OUTPUT.quiet:
             console.print(line, highlight=False, markup=False, soft_wrap=not wrap)
@@ -86,16 +95,57 @@ class LineEvents:
                  + " ".join(f"{k}={v}" for k, v in config.items()))
 
     def stage(self, number, stage):
+        self.number, self.stage_name, self.stage_started, self.engine_line = number, stage, time.monotonic(), ""
         self.say(f"trial {number}: {stage}")
 
     def level(self, number, level, metrics):
         self.say(f"trial {number}: {format_level_line(level, metrics)}")
 
     def trial_finished(self, number, summary, best):
+        self.number = None
         self.say(f"  -> trial {number}: {summary}")
 
     def note(self, text):
         self.say(text, wrap=False)  # log lines as the engine wrote them
+
+    def engine_log(self, line: str) -> None:
+        self.engine_line = line
+
+    def heartbeat(self) -> None:
+        """A line when the running stage has been silent for OUTPUT.heartbeat_s."""
+        now = time.monotonic()
+        if self.number is None or now - self.last_said < OUTPUT.heartbeat_s:
+            return
+        engine = f"; engine log: {self.engine_line.strip()[:200]}" if self.engine_line.strip() else ""
+        self.say(f"trial {self.number}: {self.stage_name}, {now - self.stage_started:.0f}s{engine}")
+
+
+class EngineLines(logging.Handler):
+    """The engine's newest log line (trial/launch.py `engine_lines`) to a LineEvents."""
+
+    def __init__(self, events: LineEvents):
+        super().__init__(logging.INFO)
+        self.events = events
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.events.engine_log(record.getMessage())
+
+
+@contextmanager
+def heartbeats(events: LineEvents) -> Iterator[None]:
+    """While the run lasts: the engine's log lines to `events`, and its heartbeat checked each second."""
+    logger, handler, done = logging.getLogger("sweeper.engine_log"), EngineLines(events), threading.Event()
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    thread = threading.Thread(target=lambda: [events.heartbeat() for _ in iter(lambda: done.wait(1.0), True)],
+                              name="heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        logger.removeHandler(handler)
 
 
 class Both:
@@ -148,7 +198,7 @@ def with_progress(handle: StudyHandle, host: Host, run, resume: str | None = Non
                         run(events)
             else:
                 events = LineEvents()
-                with verbose_lines_to(events):
+                with verbose_lines_to(events), heartbeats(events):
                     run(events)
     except KeyboardInterrupt:
         err.print(f"[yellow]interrupted:[/] the running server was stopped and the trial recorded. "
@@ -160,9 +210,29 @@ def with_progress(handle: StudyHandle, host: Host, run, resume: str | None = Non
 
 def sweep_and_print(handle: StudyHandle, host: Host, top: int, seed: int | None = None,
                     time_budget_s: float | None = None) -> None:
-    with_progress(handle, host, lambda events: run_sweep(handle, host, events, seed, time_budget_s))
+    try:
+        with_progress(handle, host, lambda events: run_sweep(handle, host, events, seed, time_budget_s))
+    except UserError as exc:
+        if not never_started(handle.study):
+            raise
+        raise UserError(f"{exc}\nnothing ran: once that is fixed, run the same command again (the study name "
+                        f"{handle.name} stays free while it holds no trial)") from None
     console.print(format_leaderboard_table(handle.study, top))
     console.print(f"study [bold]{handle.name}[/] in {handle.dir}")
+    exit_on_verdict(handle)
+
+
+def exit_on_verdict(handle: StudyHandle) -> None:
+    """The run's last line (what was measured, the best, the failures by cause); exit 1 when it
+    measured nothing or every trial failed for one cause, so that a script can trust exit 0."""
+    verdict = build_sweep_verdict(handle.study, handle.budget)
+    line = format_verdict(handle.name, verdict)
+    write_log_file(line)
+    if verdict.ok:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+        return
+    err.print(f"[bold red]error:[/] {line}", highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
 
 
 def open_new_study(space_file: Path, space: Space, hosts: Path, host: str, name: str, results: Path,

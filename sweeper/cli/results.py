@@ -12,7 +12,7 @@ import optuna
 import typer
 from rich.live import Live
 
-from sweeper.cli.common import RESULTS_OPT, STORAGE_OPT, console, user_errors
+from sweeper.cli.common import STUDY_ARG, pick_study, RESULTS_OPT, STORAGE_OPT, console, err, user_errors
 from sweeper.errors import UserError
 from sweeper.results.show import build_best_record, build_show_record, format_show
 from sweeper.results.table import format_leaderboard_table
@@ -21,12 +21,14 @@ from sweeper.search.study import load_study, open_study_storage
 
 
 def leaderboard(
-    study: str = typer.Argument(...),
+    study: Optional[str] = STUDY_ARG,
     top: Optional[int] = typer.Option(None, "--top", min=1, help="Rows shown (default 10) and, when given, rows exported."),
     level: Optional[str] = typer.Option(None, "--level", help="Rank by the objective's metric at this level: a concurrency, or a request rate (r2.5 or 2.5) of an open-loop study."),
     feasible_only: bool = typer.Option(False, "--feasible-only", help="Only trials that rank."),
     csv: Optional[Path] = typer.Option(None, "--csv", help="Write the rows, one per trial, to this CSV."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="... to this JSON file (a list of records)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the rows to stdout as JSON (a list of records) "
+                                 "instead of the table."),
+    json_file: Optional[Path] = typer.Option(None, "--json-file", help="... to this JSON file (a list of records)."),
     parquet: Optional[Path] = typer.Option(None, "--parquet", help="... to this Parquet file."),
     storage: Optional[str] = STORAGE_OPT,
     results: Path = RESULTS_OPT,
@@ -35,17 +37,20 @@ def leaderboard(
     from sweeper.results.export import build_export_frame, write_export
 
     with user_errors():
+        study = pick_study(study, results, storage)
         optuna_study = load_study(study, results, storage)
-        console.print(format_leaderboard_table(optuna_study, top or 10, level, feasible_only))
-        exports = [(path, fmt) for path, fmt in ((csv, "csv"), (json_out, "json"), (parquet, "parquet")) if path]
-        if exports:
-            frame = build_export_frame(optuna_study, level, feasible_only, top)
-            for path, fmt in exports:
-                console.print(f"wrote {write_export(frame, path, fmt)}")
+        exports = [(path, fmt) for path, fmt in ((csv, "csv"), (json_file, "json"), (parquet, "parquet")) if path]
+        frame = build_export_frame(optuna_study, level, feasible_only, top) if exports or as_json else None
+        if as_json:
+            typer.echo(frame.to_json(orient="records", indent=1))
+        else:
+            console.print(format_leaderboard_table(optuna_study, top or 10, level, feasible_only))
+        for path, fmt in exports:
+            (err if as_json else console).print(f"wrote {write_export(frame, path, fmt)}")
 
 
 def report(
-    study: str = typer.Argument(...),
+    study: Optional[str] = STUDY_ARG,
     out: Optional[Path] = typer.Option(None, "--out", help="Folder for report.html and report.md (default: the study's folder)."),
     storage: Optional[str] = STORAGE_OPT,
     results: Path = RESULTS_OPT,
@@ -54,13 +59,14 @@ def report(
     from sweeper.results.report import build_report, write_report
 
     with user_errors():
+        study = pick_study(study, results, storage)
         optuna_study = load_study(study, results, storage)
         written = write_report(build_report(optuna_study), out or results / study)
         console.print(f"wrote {written[0]} and {written[1]}")
 
 
 def show(
-    study: str = typer.Argument(...),
+    study: Optional[str] = STUDY_ARG,
     watch: bool = typer.Option(False, "--watch", help="Refresh from storage until Ctrl-C."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object to stdout (for scripts)."),
     interval: float = typer.Option(2.0, "--interval", min=0.2, help="Seconds between refreshes."),
@@ -69,6 +75,7 @@ def show(
 ) -> None:
     """Trials by state, the best so far, and what is running."""
     with user_errors():
+        study = pick_study(study, results, storage)
         rdb = open_study_storage(study, results, storage)  # one for every refresh: no engine per poll
         optuna_study = optuna.load_study(study_name=study, storage=rdb)
         if as_json:
@@ -104,7 +111,7 @@ def watch_show(first: optuna.Study, reload: Callable[[], optuna.Study], interval
 
 
 def best(
-    study: str = typer.Argument(...),
+    study: Optional[str] = STUDY_ARG,
     script: bool = typer.Option(False, "--script", help="Print a ready-to-run launch script."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object to stdout: trial, params, value, "
                                  "ci_low, ci_high, validated, tied_with."),
@@ -120,6 +127,7 @@ def best(
     from sweeper.results.script import best_launch_script
 
     with user_errors():
+        study = pick_study(study, results, storage)
         optuna_study = load_study(study, results, storage)
         if as_json:
             if (record := build_best_record(optuna_study)) is None:

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from sweeper.cli.common import RESULTS_OPT, STORAGE_OPT, console, user_errors
+from sweeper.cli.common import SPACE_ARG, RESULTS_OPT, STORAGE_OPT, console, user_errors
 from sweeper.errors import UserError
 from sweeper.search.study import load_study
 from sweeper.search.trials import best_trial
@@ -16,14 +16,14 @@ from sweeper.spec.space import Space, load_space
 
 
 def sim_best(
-    space_file: Path = typer.Argument(..., help="Search-space YAML file (engine: sim)."),
+    space_file: Path = SPACE_ARG,
     study: Optional[str] = typer.Option(None, "--study", help="Also compare this study's best with the optimum."),
     storage: Optional[str] = STORAGE_OPT,
     results: Path = RESULTS_OPT,
 ) -> None:
     """The simulator's exact optimum for a space, from its performance model (with two
     objectives: its exact Pareto front)."""
-    from sweeper.sim.best import best_config, modelled_objective
+    from sweeper.sim.best import best_config
 
     with user_errors():
         space = load_space(space_file)
@@ -43,12 +43,21 @@ def sim_best(
         console.print(f"modelled {space.goals[0].metric} at C={space.goals[0].level}: "
                       f"[bold]{result.value:.2f}[/]")
         if study:
-            best = best_trial(load_study(study, results, storage))
-            if best is None:
-                raise UserError(f"study {study!r} has no feasible trial yet")
-            modelled = modelled_objective(space, best.params)
-            console.print(f"study {study}: best trial {best.number} measured {best.values[0]:.2f}, modelled "
-                          f"{modelled:.2f} = {100 * modelled / result.value:.1f}% of the optimum")
+            console.print(format_distance_to_optimum(space, load_study(study, results, storage), result.value),
+                          highlight=False, markup=False)
+
+
+def format_distance_to_optimum(space: Space, study, optimum: float) -> str:
+    """The study's winner against the simulator's exact optimum (`optimum`, modelled): how close the
+    search came."""
+    from sweeper.sim.best import modelled_objective
+
+    best = best_trial(study)
+    if best is None:
+        raise UserError(f"study {study.study_name!r} has no feasible trial yet")
+    modelled = modelled_objective(space, best.params)
+    return (f"study {study.study_name}: best trial {best.number} measured {best.values[0]:.2f}, modelled "
+            f"{modelled:.2f} = {100 * modelled / optimum:.1f}% of the optimum")
 
 
 def _print_modelled_front(space: Space) -> None:

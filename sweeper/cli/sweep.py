@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from importlib.resources import files
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-from sweeper.cli.common import OUTPUT, RESULTS_OPT, STORAGE_OPT, console, err, interrupts_as_keyboard, parse_duration, user_errors
+from sweeper.cli.common import STUDY_ARG, pick_study, SPACE_ARG, OUTPUT, RESULTS_OPT, STORAGE_OPT, console, err, interrupts_as_keyboard, parse_duration, user_errors
 from sweeper.cli.progress import LineEvents, open_new_study, sweep_and_print, verbose_lines_to, warm_start_study
 from sweeper.errors import UserError
 from sweeper.hosts import open_host
@@ -20,6 +19,7 @@ from sweeper.search.stored import parse_stored_space
 from sweeper.search.study import (StudyHandle, controller_alive, create_study, host_spec_for_resume, load_study,
                                   recover_interrupted)
 from sweeper.spec.hosts import DEFAULT_HOSTS_FILE, load_host
+from sweeper.spaces import packaged_spaces
 from sweeper.spec.space import Space, load_space
 
 
@@ -29,7 +29,7 @@ WARM_START_OPT = typer.Option(None, "--warm-start", help="An earlier study of th
 
 
 def sweep(
-    space_file: Path = typer.Argument(..., help="Search-space YAML file."),
+    space_file: Path = SPACE_ARG,
     hosts: Path = typer.Option(Path("hosts.yaml"), "--hosts", help="Hosts file."),
     host: Optional[List[str]] = typer.Option(None, "--host", help="Host name in the hosts file (default local); "
                                              "repeat it to run one worker per host on one PostgreSQL study."),
@@ -95,7 +95,7 @@ def _sweep_many(space_file: Path, space: Space, hosts: Path, host_names: list[st
     codes = run_worker_processes(argvs, storage)
     if 130 in codes:
         err.print(f"[yellow]interrupted:[/] each worker stopped its server and recorded its trial. "
-                  f"Continue with: sweeper worker {name} --host HOST --storage ... (README \"Many hosts\")")
+                  f"Continue with: sweeper worker {name} --host HOST --storage ... (docs/hosts.md \"Many hosts\")")
         raise typer.Exit(130)
     console.print(format_leaderboard_table(load_study(name, results, storage), top))
     if any(codes):
@@ -162,7 +162,7 @@ def worker(
 
 
 def resume(
-    study: str = typer.Argument(..., help="Study name."),
+    study: Optional[str] = STUDY_ARG,
     trials: Optional[int] = typer.Option(None, "--trials", min=1, help="New budget of real evaluations."),
     storage: Optional[str] = STORAGE_OPT,
     results: Path = RESULTS_OPT,
@@ -172,6 +172,7 @@ def resume(
 ) -> None:
     """Continue an interrupted study to its budget."""
     with user_errors():
+        study = pick_study(study, results, storage)
         optuna_study = load_study(study, results, storage)
         attrs = optuna_study.user_attrs
         if "hosts" in attrs:  # a shared study: workers, leases and claims, not one controller
@@ -209,10 +210,22 @@ def demo(
 ) -> None:
     """A real sweep of the embedded simulator from any folder: the packaged demo space on this
     machine (the hosts file's `local` host, or the built-in one when there is none)."""
+    from sweeper.cli.sim import format_distance_to_optimum
+    from sweeper.sim.best import best_config
+    from sweeper.search.trials import best_trial
+
     with user_errors():
-        space_file = Path(str(files("sweeper.spaces").joinpath("demo-sim.yaml")))
+        space_file = packaged_spaces()["demo"]
         space = load_space(space_file)
         name = f"{space.name}-{datetime.now():%Y%m%d-%H%M%S}"
         handle, connected = open_new_study(space_file, space, DEFAULT_HOSTS_FILE, "local", name, results, None,
                                            trials or space.budget.trials, None)
         sweep_and_print(handle, connected, top, seed)
+        winner = best_trial(handle.study)
+        optimum = best_config(space)
+        console.print(f"winner: trial {winner.number}: " + " ".join(f"{k}={v}" for k, v in winner.params.items()),
+                      highlight=False, markup=False)
+        console.print(f"the simulator's optimum (modelled, {optimum.feasible} feasible of {optimum.total} configs): "
+                      f"{optimum.value:.2f} with " + " ".join(f"{k}={v}" for k, v in optimum.config.items()),
+                      highlight=False, markup=False)
+        console.print(format_distance_to_optimum(space, handle.study, optimum.value), highlight=False, markup=False)

@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from sweeper.levels import short_level
-from sweeper.cli.common import RESULTS_OPT, STORAGE_OPT, console, user_errors
+from sweeper.cli.common import STUDY_ARG, pick_study, SPACE_ARG, RESULTS_OPT, STORAGE_OPT, console, user_errors
 from sweeper.cli.progress import open_new_study, with_progress
 from sweeper.errors import UserError
 from sweeper.search.stored import parse_stored_space
@@ -22,7 +22,7 @@ PILOT_RUNS = 3  # first runs of the baseline that measure the noise ablate's rep
 
 
 def ablate(
-    space_file: Path = typer.Argument(..., help="Search-space YAML file."),
+    space_file: Path = SPACE_ARG,
     baseline: str = typer.Option(..., "--baseline", help="A seed name of the space, or a YAML file of parameter values."),
     repeats: Optional[int] = typer.Option(None, "--repeats", min=1, help="Runs of every config, interleaved "
                                           "(default: enough to detect a 5% change at the noise measured on "
@@ -95,7 +95,7 @@ def _baseline_params(space: Space, baseline: str) -> dict:
 
 
 def validate(
-    study: str = typer.Argument(...),
+    study: Optional[str] = STUDY_ARG,
     top: int = typer.Option(3, "--top", min=1, help="Finalists: the best K feasible configs."),
     repeats: int = typer.Option(3, "--repeats", min=1, help="Fresh servers per finalist, interleaved."),
     hosts: Path = typer.Option(Path("hosts.yaml"), "--hosts"),
@@ -113,6 +113,7 @@ def validate(
     from sweeper.search.study import enqueue_runs, run_queue
 
     with user_errors():
+        study = pick_study(study, results, storage)
         source = load_study(study, results, storage)
         pareto = is_pareto_study(source)
         labels, runs = finalist_runs(source, top, repeats)

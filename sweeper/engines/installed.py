@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import logging
+import shlex
 from typing import Sequence
 
 from sweeper.engines.base import Engine
@@ -11,6 +13,8 @@ from sweeper.errors import UserError
 from sweeper.hosts.base import CommandResult, Host
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import Space
+
+log = logging.getLogger(__name__)
 
 
 def read_version(host: Host, engine: Engine, python: str) -> CommandResult:
@@ -25,7 +29,9 @@ def read_help_flags(host: Host, engine: Engine, python: str) -> dict[str, list[s
     """Every flag the installed engine's --help lists, with its choices; UserError when it cannot be read."""
     result = host.run(engine.help_argv(python), timeout_s=300)
     if result.returncode != 0:
-        raise UserError(f"cannot read the engine's flags on {host.name}: {result.describe()}")
+        log.info("%s", result.describe())  # the whole tail for --verbose
+        raise UserError(f"cannot read the engine's flags on {host.name}: `{shlex.join(engine.help_argv(python))}` "
+                        f"{result.describe_briefly()}")
     return parse_help_flags(result.stdout)
 
 

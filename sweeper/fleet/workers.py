@@ -237,7 +237,7 @@ def run_worker(handle: StudyHandle, host: Host, book: LeaseBook, holder: str, gp
 def check_shared_storage(url: str) -> None:
     if not url.startswith("postgresql"):
         raise UserError("several hosts on one study need a PostgreSQL storage: "
-                        "--storage postgresql+psycopg://USER:PASSWORD@HOST:5432/DB (README \"Many hosts\")")
+                        "--storage postgresql+psycopg://USER:PASSWORD@HOST:5432/DB (docs/hosts.md \"Many hosts\")")
 
 
 # ---------------------------------------------------------------- worker processes

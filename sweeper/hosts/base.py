@@ -61,6 +61,12 @@ class CommandResult:
         tail = (self.stderr or self.stdout).strip()[-500:]
         return f"{' '.join(self.argv)} exited {self.returncode}: {tail}"
 
+    def describe_briefly(self) -> str:
+        """One line for a person: the exit code and the output's last line (a Python traceback's
+        is its exception); `describe()` keeps the tail for --verbose and logs."""
+        lines = (self.stderr or self.stdout).strip().splitlines()
+        return f"exited {self.returncode}" + (f": {lines[-1].strip()}" if lines else "")
+
 
 @dataclass(frozen=True)
 class StopReport:

@@ -6,7 +6,7 @@ Pure: the caller hands in `measure(load) -> level metrics` (a real ladder level 
 --find-capacity` and in a sweep trial; a deterministic function in the tests). Each load is
 measured once. The search assumes latency grows with load; a noisy level at the boundary can flip,
 so the answer is defined by what was measured: the SLO held at `capacity` and failed at the
-nearest failing load above it, which lies within one resolution step (README "SLO capacity").
+nearest failing load above it, which lies within one resolution step (docs/commands.md "SLO capacity").
 """
 
 from __future__ import annotations

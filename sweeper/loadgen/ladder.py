@@ -82,7 +82,7 @@ class LoadPlan:
     vocab_size: int | None = None  # token-id prompts stay below it (loadgen/vocab.py); None: 32000
     text_prompts: bool = False  # text even for completions (a server that takes no token ids)
     options: StreamOptions = field(default_factory=StreamOptions)
-    # prompt sources (README "Prompt sources and shared prefixes"): dataset records sent verbatim,
+    # prompt sources (docs/measurement.md "Prompt sources and shared prefixes"): dataset records sent verbatim,
     # lengths drawn per request, shared system prompts (tokens, groups); the server's side
     records: tuple[PromptRecord, ...] = ()
     input_dist: LengthDistribution | None = None

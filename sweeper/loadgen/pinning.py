@@ -3,7 +3,7 @@ spoiled it (lag, turnaround): this thread (the event loop's) goes to the last al
 where the server runs on this machine (transport local, its process group known), every thread
 of that group to the other cores. Restored afterwards. Over SSH with the load on the controller
 the two are on different machines already; with the load on the host (load_from: host) the host
-runs its own python and nothing is pinned (README "Precision-driven levels").
+runs its own python and nothing is pinned (docs/measurement.md "Precision-driven levels").
 
 Below MIN_CORES nothing is pinned: the server's share would be what changed, not the client's
 interference. On this 2-core VM a llama-server with `-t 2` squeezed onto one core streamed 2 tok/s

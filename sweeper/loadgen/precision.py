@@ -1,7 +1,7 @@
 """Precision-driven levels: the steady-state output tok/s of a closed loop with its 95% CI, and
 the rule that ends a level once that CI is narrow enough (or a cap is hit).
 
-Method (README "Precision-driven levels"):
+Method (docs/measurement.md "Precision-driven levels"):
 - The series: output tokens per time window, each counted when its chunk arrived (not at the
   request's end: a closed loop's requests end in waves, and counts of whole requests per window
   jump between 0 and C), in windows of a fifth of the median request latency, from the level's

@@ -32,6 +32,7 @@ class Check:
     ok: bool
     detail: str
     fix: str = ""
+    skipped: bool = False  # not run: a check it needs failed (one cause, one problem line)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -48,13 +49,16 @@ def run_checks(space: Space, host_name: str, spec: HostSpec) -> list[Check]:
         checks = [Check("connection", True, f"{host_name} ({spec.transport})")]
         python = host.python()
         engine = get_engine(space.engine)
-        checks += guarded("python", "check `python:` of the host and that the host answers",
-                          lambda: check_python(host, python))
-        checks += (engine_checks := guarded("engine", "check that the host answers",
-                                            lambda: check_engine(host, engine, space.engine, python)))
+        checks += (python_checks := guarded("python", "check `python:` of the host and that the host answers",
+                                            lambda: check_python(host, python)))
+        if python_checks[0].ok:
+            checks += (engine_checks := guarded("engine", "check that the host answers",
+                                                lambda: check_engine(host, engine, space.engine, python)))
+        else:
+            checks += (engine_checks := [skipped("engine", "python")])
         checks += guarded("flags", "run the engine's --help on the host to see why it fails",
-                          lambda: check_flags(host, engine, space, python)) if engine_checks[0].ok else [
-            Check("flags", False, "not checked: the engine is not installed", engine_checks[0].fix)]
+                          lambda: check_flags(host, engine, space, python)) if engine_checks[0].ok and not engine_checks[0].skipped else [
+            skipped("flags", "engine" if python_checks[0].ok else "python")]
         checks += guarded("model", "check `model:` of the space and that the host answers",
                           lambda: check_model_path(host, space.model))
         checks += guarded("gpus", "make nvidia-smi run on the host (on its PATH, or the PATH of the host "
@@ -67,6 +71,11 @@ def run_checks(space: Space, host_name: str, spec: HostSpec) -> list[Check]:
         return checks
     finally:
         host.close()
+
+
+def skipped(name: str, cause: str) -> Check:
+    """A check not run because `cause` failed: not a problem line of its own."""
+    return Check(name, True, f"not checked: needs the {cause} check above to pass", skipped=True)
 
 
 def guarded(name: str, fix: str, check: Callable[[], Check | list[Check]]) -> list[Check]:
@@ -82,7 +91,7 @@ def guarded(name: str, fix: str, check: Callable[[], Check | list[Check]]) -> li
 def check_python(host: Host, python: str) -> Check:
     result = host.run([python, "-c", "import sys; print(sys.version.split()[0])"], timeout_s=60)
     if result.returncode != 0:
-        return Check("python", False, f"{python}: {result.describe()}",
+        return Check("python", False, f"{python}: {result.describe_briefly()}",
                      "set `python:` of the host to an interpreter that exists there")
     return Check("python", True, f"{python}: Python {result.stdout.strip()}")
 
@@ -90,7 +99,7 @@ def check_python(host: Host, python: str) -> Check:
 def check_engine(host: Host, engine: Engine, name: str, python: str) -> Check:
     result = installed.read_version(host, engine, python)
     if result.returncode != 0:
-        return Check("engine", False, f"{name} is not installed for {python}: {result.describe()}",
+        return Check("engine", False, f"{name} is not installed for {python}: {result.describe_briefly()}",
                      f"install {name} into that interpreter, or point the host's `python:` at one that has it")
     return Check("engine", True, f"{name} {installed.version_text(result)}")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import time
@@ -22,7 +23,7 @@ from sweeper.spec.space import Space, space_fingerprint
 from sweeper.engines import get_engine
 from sweeper.engines import installed
 from sweeper.engines.versions import deprecation_warnings
-from sweeper.errors import InfraError, PortClash, UserError, import_optional
+from sweeper.errors import InfraError, PortClash, UserError, did_you_mean, import_optional
 from sweeper.hosts import Host, ServerProcess
 from sweeper.hosts.base import LaunchIntent
 from sweeper.hosts.gpu import MODEL_QUERY, GpuParseError, format_gpu_model
@@ -45,6 +46,21 @@ from sweeper.outcomes import FailureKind
 
 MAX_RETRIES = 2
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+class FailedTrialLines(logging.Filter):
+    """Optuna's warnings about a trial that raised, as one line: none for Ctrl-C (the CLI says it
+    in one line), no traceback for the rest (an InfraError is retried and recorded; a bug raises
+    on, with its traceback), and not the "failed with value None" that follows each."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and issubclass(record.exc_info[0], KeyboardInterrupt):
+            return False
+        record.exc_info, record.exc_text = None, None
+        return not record.getMessage().endswith("failed with value None.")
+
+
+logging.getLogger("optuna.study._optimize").addFilter(FailedTrialLines())
 
 
 # ---------------------------------------------------------------- where a study lives
@@ -127,8 +143,10 @@ def create_study(name: str, space: Space, space_path: Path, host_name: str, host
     study_dir(results_dir, name).mkdir(parents=True, exist_ok=True)
     rdb = open_storage(url)
     if study_exists(rdb, name):
-        raise UserError(f"study {name!r} already exists; continue it with `sweeper resume {name}` "
-                        "or pick another --study name")
+        if not never_started(optuna.load_study(study_name=name, storage=rdb)):
+            raise UserError(f"study {name!r} already exists; continue it with `sweeper resume {name}` "
+                            "or pick another --study name")
+        optuna.delete_study(study_name=name, storage=rdb)  # a start that failed before its first trial
     goals = space.goals  # one, or the Pareto mode's two
     study = optuna.create_study(study_name=name, storage=rdb, directions=[g.direction for g in goals])
     with warnings.catch_warnings():
@@ -154,6 +172,13 @@ def create_study(name: str, space: Space, space_path: Path, host_name: str, host
     if enqueue_seeds:
         enqueue_space_seeds(study, space)
     return StudyHandle(study, space, host_name, host_spec, results_dir)
+
+
+def never_started(study: optuna.Study) -> bool:
+    """No trial ever ran (at most queued seeds) and no live controller holds it: a start that
+    failed (an engine missing, a flag refused), which the same command may create again."""
+    return (all(t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False))
+            and not controller_alive(study.user_attrs.get("controller")))
 
 
 def enqueue_space_seeds(study: optuna.Study, space: Space) -> None:
@@ -182,14 +207,30 @@ def study_servers(study: optuna.Study, host_name: str) -> list[ServerProcess]:
             if t.user_attrs.get("process", {}).get("host") == host_name]
 
 
+def study_names(results_dir: Path, storage: str | None) -> list[str]:
+    """The studies there are: in `storage`, or (by default) one SQLite file per folder of `results_dir`."""
+    if storage:
+        return sorted(optuna.get_all_study_names(open_storage(storage)))
+    return sorted(p.parent.name for p in results_dir.glob("*/study.db")) if results_dir.is_dir() else []
+
+
+def format_known_studies(names: list[str], wanted: str | None = None) -> str:
+    """'studies there: a, b (did you mean 'a'?)' for an error about a study not found."""
+    if not names:
+        return "there is no study there yet"
+    return f"studies there: {', '.join(names)}" + (did_you_mean(wanted, names) if wanted else "")
+
+
 def open_study_storage(name: str, results_dir: Path, storage: str | None) -> optuna.storages.RDBStorage:
-    """The storage that holds the study `name`; a UserError where it does not."""
+    """The storage that holds the study `name`; a UserError where it does not (naming those there are)."""
     url = storage_url(results_dir, name, storage)
     if storage is None and not Path(url.removeprefix("sqlite:///")).exists():
-        raise UserError(f"no study {name!r} under {results_dir} (looked for {url.removeprefix('sqlite:///')})")
+        raise UserError(f"no study {name!r} under {results_dir}; "
+                        f"{format_known_studies(study_names(results_dir, None), name)}")
     rdb = open_storage(url)
     if not study_exists(rdb, name):
-        raise UserError(f"no study named {name!r} in {redact_url(url)}")
+        raise UserError(f"no study named {name!r} in {redact_url(url)}; "
+                        f"{format_known_studies(sorted(optuna.get_all_study_names(rdb)), name)}")
     return rdb
 
 

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from sweeper.errors import ConfigError
+from sweeper.errors import ConfigError, did_you_mean
 from sweeper.spec.loading import Strict, load_model
 
 class HostSpec(Strict):
@@ -82,6 +82,6 @@ def load_host(path: Path, name: str) -> HostSpec:
     hosts = load_hosts(path).hosts
     if name not in hosts:
         known = ", ".join(sorted(hosts)) or "none"
-        raise ConfigError(str(path), f"hosts.{name}", f"no such host (known: {known})")
+        raise ConfigError(str(path), f"hosts.{name}", f"no such host (known: {known})" + did_you_mean(name, hosts))
     return hosts[name]
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, field_validator, model_validator
 
-from sweeper.errors import ConfigError
+from sweeper.errors import ConfigError, did_you_mean
 from sweeper.levels import Level, Rate, goal_name, workload_levels
 from sweeper.outcomes import (CAPACITY_METRIC, FAIRNESS_METRICS, LATENCY_METRICS, PER_GPU_METRIC, THROUGHPUT_METRICS,
                               MetricName)
@@ -184,7 +184,7 @@ class Workload(Strict):
     input_len: Annotated[int, Field(ge=1)] | LengthSpec = 128
     output_len: Annotated[int, Field(ge=2)] | LengthSpec = 32
     concurrency: list[int] = Field([1, 2, 4, 8, 16], min_length=1)
-    # open-loop levels (README "Workload keys"): set, each level is an open loop at one of these
+    # open-loop levels (docs/configuration.md "Workload keys"): set, each level is an open loop at one of these
     # rates (requests per modelled second) and `concurrency` is not the ladder
     request_rates: list[float] | None = Field(None, min_length=1, description=(
         "open-loop levels: requests/s, positive and increasing"))
@@ -196,7 +196,7 @@ class Workload(Strict):
     warmup_rounds: int = Field(1, ge=0, description="rounds of C requests sent first, not measured")
     request_timeout_s: float = Field(600.0, gt=0)
     seed: int = 0
-    # measurement options (sweeper/loadgen; README "Workload keys")
+    # measurement options (sweeper/loadgen; docs/configuration.md "Workload keys")
     repeats: int = Field(1, ge=1, description="measured runs per level; the median one is kept")
     slo_ttft_ms: float | None = Field(None, gt=0, description="TTFT SLO for goodput")
     slo_tpot_ms: float | None = Field(None, gt=0, description="TPOT SLO for goodput")
@@ -208,19 +208,19 @@ class Workload(Strict):
     stall_timeout_s: float | None = Field(None, gt=0, description="no byte this long: a hang (default: launch's)")
     max_client_lag_ms: float = Field(MAX_CLIENT_LAG_P99_MS, gt=0, description="client event-loop p99 lag above this: "
                                      "the level is invalid (raise it on a shared, busy controller)")
-    # SLO capacity search (objective max_load_within_slo; README "SLO capacity")
+    # SLO capacity search (objective max_load_within_slo; docs/commands.md "SLO capacity")
     capacity_max_concurrency: int = Field(256, ge=1, description="the search's ceiling")
     capacity_resolution: int = Field(1, ge=1, description="stop when holding and failing C are this close")
     # ...over the request rate, with request_rates: [start] (as `sweeper load --find-capacity --rate`)
     capacity_max_rate: float = Field(1000.0, gt=0, description="a rate search's ceiling (req/s)")
     capacity_rate_resolution: float = Field(0.05, gt=0, lt=1, description=(
         "a rate search stops when failing and holding rates are within this fraction of the holding one"))
-    # prompt sources (README "Prompt sources and shared prefixes"); paths relative to the space file
+    # prompt sources (docs/measurement.md "Prompt sources and shared prefixes"); paths relative to the space file
     dataset: str | None = Field(None, description="ShareGPT JSON or JSONL file of prompts, sent verbatim")
     dataset_format: Literal["sharegpt", "jsonl"] | None = Field(None, description="default: from the content")
     tokenizer: str | None = Field(None, description="tokenizer.json (or its folder): prompt token counts")
     shared_prefix: SharedPrefix | None = None
-    # precision-driven levels (loadgen/precision.py; README "Precision-driven levels"): unset, a
+    # precision-driven levels (loadgen/precision.py; docs/measurement.md "Precision-driven levels"): unset, a
     # level is warmup_rounds + repeats runs of a fixed size, as before
     # how a closed-loop level is measured (README "Steady-state levels"): steady sends until its
     # precision (a time window, ramp-up and drain left out); rounds sends warmup_rounds + repeats
@@ -360,7 +360,7 @@ class OutputCheck(Strict):
     # none: only require that a generation succeeds (random-weight models, whose near-tied logits
     # make greedy tokens flip with any numerics-changing lever: threads, batch, KV type)
     mode: Literal["auto", "reference-only", "none"] = "auto"
-    # The correctness gate (sweeper/trial/gate.py; README "Output-correctness gate")
+    # The correctness gate (sweeper/trial/gate.py; docs/measurement.md "The correctness gate")
     prompts: list[str] = Field(default_factory=lambda: list(DEFAULT_CHECK_PROMPTS), min_length=1,
                                description="greedy prompt set; setting only `prompt` checks that one")
     k_tokens: int = Field(8, ge=1, description="first K greedy tokens compared with the reference")
@@ -456,7 +456,11 @@ class Space(Strict):
 
 def load_space(path: Path) -> Space:
     if not path.is_file():
-        raise ConfigError(str(path), "", "file not found")
+        from sweeper.spaces import packaged_spaces  # the names a SPACE argument may also be
+
+        names = sorted(packaged_spaces())
+        raise ConfigError(str(path), "", f"file not found (or a packaged space: {', '.join(names)})"
+                          + did_you_mean(str(path).removesuffix(".yaml"), names))
     text = path.read_text()
     return check_workload_files(resolve_workload_paths(parse_space(text, str(path)), path.parent), text, str(path))
 
@@ -490,13 +494,15 @@ def check_workload_files(space: Space, text: str, source: str) -> Space:
 
 
 def parse_space(text: str, source: str) -> Space:
-    data, lines = parse_yaml_with_lines(text, source)
+    duplicates: list[ConfigError] = []
+    data, lines = parse_yaml_with_lines(text, source, duplicates)
     if not isinstance(data, dict):
         raise ConfigError(source, "", "expected a mapping at the top level")
-    space = validate_model(source, data, lines, Space)
-    if problems := _cross_check_space(space):
-        raise ConfigError.all_of([ConfigError(source, format_path(path), message, line_of(lines, path))
-                                  for path, message in problems])
+    space = validate_model(source, data, lines, Space, duplicates)
+    problems = duplicates + [ConfigError(source, format_path(path), message, line_of(lines, path))
+                             for path, message in _cross_check_space(space)]
+    if problems:
+        raise ConfigError.all_of(sorted(problems, key=lambda e: e.line or 0))
     return space
 
 
@@ -531,9 +537,12 @@ def _cross_check_space(space: Space) -> list[tuple[KeyPath, str]]:
     problems += _check_expressions(space)
     seed_names = [seed.name for seed in space.seeds]
     for index, seed in enumerate(space.seeds):
-        for key in seed.params:
+        for key, value in seed.params.items():
             if key not in space.parameters:
-                problems.append((("seeds", index, "params", key), "not a parameter of this space"))
+                problems.append((("seeds", index, "params", key), "not a parameter of this space"
+                                 + did_you_mean(key, space.parameters)))
+            elif (problem := seed_value_problem(space.parameters[key], value)) is not None:
+                problems.append((("seeds", index, "params", key), problem))
     if space.reference is not None and space.reference not in seed_names:
         problems.append((("reference",), f"no seed named {space.reference!r}"))
     problems += _check_objectives(space)
@@ -546,6 +555,30 @@ def _cross_check_space(space: Space) -> list[tuple[KeyPath, str]]:
     if space.perf_target and (problem := _level_problem(space.workload, space.perf_target.level)):
         problems.append((("target", "level"), problem))
     return problems
+
+
+def seed_value_problem(param: "CategoricalParam | IntParam | FloatParam | BoolParam", value: Any) -> str | None:
+    """Why a seed's value is not one its parameter can take (None: it is): a seed runs first and
+    is the correctness reference, so a typo must stop the space from loading, not the sweep.
+    Optuna refuses a categorical value outside the choices (it would crash the trial)."""
+    if isinstance(param, CategoricalParam):
+        if any(type(value) is type(c) and value == c or _same_number(value, c) for c in param.choices):
+            return None
+        shown = ", ".join(json.dumps(c) for c in param.choices)
+        return f"{value!r} is not one of the choices ({shown})" + did_you_mean(value, param.choices)
+    if isinstance(param, BoolParam):
+        return None if isinstance(value, bool) else f"expected true or false (got {value!r})"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(param, IntParam) and not float(value).is_integer()):
+        return f"expected {'an integer' if isinstance(param, IntParam) else 'a number'} (got {value!r})"
+    return None  # a number outside the searched range is allowed: seeds probe failures there (vllm-h200.yaml)
+
+
+def _same_number(value: Any, choice: Any) -> bool:
+    """An int seed for a float choice (8 for 8.0) and back; never a bool for a number."""
+    numbers = (int, float)
+    return (isinstance(value, numbers) and isinstance(choice, numbers) and not isinstance(value, bool)
+            and not isinstance(choice, bool) and value == choice)
 
 
 def _check_open_loop(workload: Workload) -> list[tuple[KeyPath, str]]:

@@ -12,14 +12,17 @@ from sweeper.errors import ConfigError
 KeyPath = tuple[str | int, ...]
 
 
-def load_yaml_with_lines(path: Path) -> tuple[Any, dict[KeyPath, int]]:
+def load_yaml_with_lines(path: Path, duplicates: list[ConfigError] | None = None) -> tuple[Any, dict[KeyPath, int]]:
     """Parse a YAML file; return the data and a map from key path to 1-based line."""
     if not path.is_file():
         raise ConfigError(str(path), "", "file not found")
-    return parse_yaml_with_lines(path.read_text(), str(path))
+    return parse_yaml_with_lines(path.read_text(), str(path), duplicates)
 
 
-def parse_yaml_with_lines(text: str, source: str) -> tuple[Any, dict[KeyPath, int]]:
+def parse_yaml_with_lines(text: str, source: str,
+                          duplicates: list[ConfigError] | None = None) -> tuple[Any, dict[KeyPath, int]]:
+    """The data and its lines. A duplicate key is an error: raised at once, or, given a
+    `duplicates` list, put there, so that the caller reports it with the file's other problems."""
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
@@ -28,13 +31,15 @@ def parse_yaml_with_lines(text: str, source: str) -> tuple[Any, dict[KeyPath, in
         line = mark.line + 1 if mark else None
         raise ConfigError(source, "", f"not valid YAML: {getattr(exc, 'problem', exc)}", line) from None
     lines: dict[KeyPath, int] = {}
-    duplicates: list[ConfigError] = []
+    found: list[ConfigError] = []
     if node is not None:
-        _collect_lines(node, (), lines, lambda path, first, again: duplicates.append(ConfigError(
+        _collect_lines(node, (), lines, lambda path, first, again: found.append(ConfigError(
             source, format_path(path), f"duplicate key (first at line {first}): YAML would keep only the "
                                        f"last value", again)))
-    if duplicates:
-        raise ConfigError.all_of(duplicates)
+    if found and duplicates is None:
+        raise ConfigError.all_of(found)
+    if duplicates is not None:
+        duplicates.extend(found)
     return data, lines
 
 

@@ -42,6 +42,10 @@ CANDIDATE_PORTS, PORT_STEP = 2000, 10  # base ports tried from the host's base_p
 SLOW_READY_LOG_S = 60.0  # a server not ready after this long has its log tail logged (--verbose)
 
 log = logging.getLogger(__name__)
+# The engine's newest log line while its server starts, for the heartbeat of a piped run
+# (cli/progress.py LineEvents): a logger of its own, kept off the --verbose lines.
+engine_lines = logging.getLogger("sweeper.engine_log")
+engine_lines.propagate = False
 
 
 @dataclass(frozen=True)
@@ -300,7 +304,8 @@ def wait_ready(host: Host, proc: ServerProcess, info: EngineInfo, port: int, mod
     slow_every = min(SLOW_READY_LOG_S, launch_cfg.ready_timeout_s / 4)
     next_slow_note = started + slow_every
     while True:
-        watch.poll()
+        if watch.poll() and engine_lines.isEnabledFor(logging.INFO) and (lines := watch.text.rstrip().splitlines()):
+            engine_lines.info(lines[-1])
         if crashed := _crashed(host, proc, info, watch):
             return crashed
         health = get_status(base_url + info.readiness.health_path)

@@ -113,7 +113,7 @@ def remeasure(cli, argv: list[str], port: int) -> float:
         out = cli.workdir / f"load-{port}.json"
         load = cli.run("load", f"http://127.0.0.1:{port}", "--concurrency", "16", "--input-len", "8",
                        "--output-len", "32", "--requests-per-level", str(REMEASURE_REQUESTS),
-                       "--json", str(out), timeout=300)
+                       "--json-file", str(out), timeout=300)
         # exit 3 = a validity flag (e.g. client lag on 2 shared cores); the token rate still counts
         assert load.returncode in (0, 3), load.stderr[-2000:]
         level = json.loads(out.read_text())[0]

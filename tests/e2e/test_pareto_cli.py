@@ -81,7 +81,7 @@ def test_a_pareto_sweep_gives_a_front_of_feasible_non_dominated_trials(cli):
     assert result.returncode == 0, result.stderr
     assert "Pareto front of output_throughput@c4 (higher is better) and median_itl_ms@c1" in result.stdout
 
-    assert cli.run("leaderboard", "pf", "--csv", "pf.csv", "--json", "pf.json").returncode == 0
+    assert cli.run("leaderboard", "pf", "--csv", "pf.csv", "--json-file", "pf.json").returncode == 0
     frame = pd.read_csv(cli.workdir / "pf.csv")
     study = load(cli, "pf")
     assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]

@@ -207,11 +207,11 @@ def test_kernels_reads_saved_traces(cli, tmp_path):
     folder.mkdir()
     for rank in range(2):
         shutil.copy(fixture, folder / f"1.0-TP-{rank}.trace.json.gz")
-    result = cli.run("kernels", str(fixture), "--top", "3", "--json", "one.json")
+    result = cli.run("kernels", str(fixture), "--top", "3", "--json-file", "one.json")
     assert result.returncode == 0, result.stderr
     assert "in 1 trace file(s)" in result.stdout and "nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_TNN" in result.stdout
     one = json.loads((cli.workdir / "one.json").read_text())
-    both = cli.run("kernels", str(folder), "--json", "two.json")
+    both = cli.run("kernels", str(folder), "--json-file", "two.json")
     assert both.returncode == 0 and "summed over 2 GPU(s) in 2 trace file(s)" in both.stdout
     two = json.loads((cli.workdir / "two.json").read_text())
     assert two["total_us"] == pytest.approx(2 * one["total_us"])

@@ -40,7 +40,7 @@ launch: {ready_timeout_s: 60, stall_timeout_s: 5, stop_grace_s: 5}
 
 
 def read_exports(cli, study):
-    result = cli.run("leaderboard", study, "--csv", "r.csv", "--json", "r.json", "--parquet", "r.parquet")
+    result = cli.run("leaderboard", study, "--csv", "r.csv", "--json-file", "r.json", "--parquet", "r.parquet")
     assert result.returncode == 0, result.stderr
     frames = [pd.read_csv(cli.workdir / "r.csv"), pd.read_json(cli.workdir / "r.json"),
               pd.read_parquet(cli.workdir / "r.parquet")]

@@ -66,7 +66,7 @@ def test_bad_input_is_one_line_and_launches_nothing(cli):
         (cli.workdir / name).write_text(tiny.replace(old, new))
     cases = {
         ("sweep", "bad.yaml"): f"bad.yaml:{line_of(tiny, 'budget:')}: budget.hours: unknown key",
-        ("sweep", "type.yaml"): f"type.yaml:{line_of(tiny, 'budget:')}: budget.trials: Input should be a valid integer",
+        ("sweep", "type.yaml"): f"type.yaml:{line_of(tiny, 'budget:')}: budget.trials: expected an integer",
         ("sweep", "range.yaml"): f"range.yaml:{line_of(tiny, 'workload:')}: workload.concurrency: concurrency levels must be positive, increasing and unique",
         ("sweep", "constraint.yaml"): f"constraint.yaml:{line_of(tiny, '- ep_size <= tp_size')}: constraints[0]: cannot parse 'ep_size <= tp_size +'",
         ("sweep", "missing.yaml"): "missing.yaml: <top>: file not found",

@@ -15,7 +15,7 @@ def test_load_writes_bench_serving_records(serve, tmp_path):
     out = tmp_path / "levels.json"
     result = CliRunner().invoke(app, [
         "load", server.base_url, "--concurrency", "1,4", "--input-len", "8", "--output-len", "6",
-        "--requests-per-level", "8", "--model", MODEL, "--json", str(out), "--slo-ttft-ms", "1000",
+        "--requests-per-level", "8", "--model", MODEL, "--json-file", str(out), "--slo-ttft-ms", "1000",
         "--slo-tpot-ms", "1000",
     ])
     assert result.exit_code == 0, result.output
@@ -36,7 +36,7 @@ def test_load_marks_a_short_server_invalid_and_exits_3(serve, tmp_path):
     server = serve(stop_after=2)
     out = tmp_path / "levels.json"
     result = CliRunner().invoke(app, ["load", server.base_url, "--concurrency", "2", "--output-len", "5",
-                                      "--input-len", "4", "--model", MODEL, "--json", str(out)])
+                                      "--input-len", "4", "--model", MODEL, "--json-file", str(out)])
     assert result.exit_code == 3, result.output
     [record] = json.loads(out.read_text())
     assert record["valid"] is False

@@ -68,7 +68,7 @@ def test_sweeper_load_with_precision_writes_the_ci_keys(sim, tmp_path):
     out = tmp_path / "levels.json"
     result = CliRunner().invoke(app, ["load", url, "--concurrency", "2", "--input-len", "16", "--output-len", "8",
                                       "--time-scale", str(SCALE), "--precision", "0.5", "--max-requests", "200",
-                                      "--json", str(out)])
+                                      "--json-file", str(out)])
     assert result.exit_code in (0, 3), result.output  # 3: a busy machine's client lag (not what this tests)
     [record] = __import__("json").loads(out.read_text())
     assert record["precision_reached"] is True and record["batches"] >= 10

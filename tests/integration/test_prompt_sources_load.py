@@ -37,7 +37,7 @@ def test_sharegpt_prompts_reach_a_chat_server_verbatim_with_the_replys_length(se
     path.write_text(json.dumps(SHAREGPT, ensure_ascii=False))
     out = tmp_path / "levels.json"
     result = CliRunner().invoke(app, ["load", server.base_url, "--concurrency", "1,2", "--api", "chat",
-                                      "--model", MODEL, "--dataset", str(path), "--json", str(out)])
+                                      "--model", MODEL, "--dataset", str(path), "--json-file", str(out)])
     assert result.exit_code in (0, 3), result.output  # 3: a level invalid (a busy runner's client lag)
     lengths = {"  Explain KV caches,\nbriefly.  ": 7, "Grüße aus Köln \u2603": 2}  # the replies' words
     for body in server.state.payloads:
@@ -54,7 +54,7 @@ def test_jsonl_prompts_reach_a_completions_server_verbatim_counted_by_its_tokeni
     path.write_text("\n".join(json.dumps(x, ensure_ascii=False) for x in lines) + "\n")
     out = tmp_path / "levels.json"
     result = CliRunner().invoke(app, ["load", server.base_url, "--concurrency", "2", "--model", MODEL,
-                                      "--dataset", str(path), "--engine", "vllm", "--json", str(out)])
+                                      "--dataset", str(path), "--engine", "vllm", "--json-file", str(out)])
     assert result.exit_code in (0, 3), result.output  # 3: a level invalid (a busy runner's client lag)
     wanted = {x["prompt"]: x["output_len"] for x in lines}
     sent = [b for b in server.state.payloads if "prompt" in b]
@@ -144,7 +144,7 @@ def test_dataset_format_given_on_the_command_line(serve, tmp_path):
     path.write_text(json.dumps(SHAREGPT, ensure_ascii=False))
     out = tmp_path / "levels.json"
     result = CliRunner().invoke(app, ["load", server.base_url, "--concurrency", "1", "--api", "chat", "--model", MODEL,
-                                      "--dataset", str(path), "--dataset-format", "sharegpt", "--json", str(out)])
+                                      "--dataset", str(path), "--dataset-format", "sharegpt", "--json-file", str(out)])
     assert result.exit_code in (0, 3), result.output
     assert {b["messages"][0]["content"] for b in server.state.payloads} <= {c["conversations"][0]["value"]
                                                                            for c in SHAREGPT}
@@ -192,7 +192,7 @@ def test_a_refused_flush_is_recorded_on_every_level_and_said_once_with_why(serve
     out = tmp_path / "levels.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-m", "sweeper.cli", "load", server.base_url, "--model", MODEL,
-                           "--engine", "vllm", "--concurrency", "1,2", "--json", str(out)],
+                           "--engine", "vllm", "--concurrency", "1,2", "--json-file", str(out)],
                           capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode in (0, 3), done.stderr  # 3: a level invalid (a busy runner's client lag)
     [line] = [ln for ln in done.stderr.splitlines() if "refused POST /reset_prefix_cache" in ln]

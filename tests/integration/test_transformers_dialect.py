@@ -166,7 +166,7 @@ def test_sweeper_load_with_engine_transformers_sends_what_it_accepts(tmp_path):
     with FakeTransformersServe(strict) as server:
         result = CliRunner().invoke(app, [
             "load", server.base_url, "--engine", "transformers", "--model", PINNED, "--concurrency", "1,2",
-            "--input-len", "8", "--output-len", "6", "--min-tokens", "--json", str(out)])
+            "--input-len", "8", "--output-len", "6", "--min-tokens", "--json-file", str(out)])
     assert result.exit_code in (0, 3), result.output  # 3: a level invalid (see assert_valid)
     assert all(set(p) <= ACCEPTED and "messages" in p for p in strict.payloads)
     records = json.loads(out.read_text())

@@ -1,5 +1,5 @@
-"""The README's parts the tests read: its fenced blocks, its sections, the `sweeper ...` command lines
-it shows (tests/unit/test_readme_claims.py checks them against the app, tests/e2e/
+"""The README's and docs/'s parts the tests read: their fenced blocks, sections, the `sweeper ...`
+command lines they show (tests/unit/test_readme_claims.py checks them against the app, tests/e2e/
 test_readme_walkthrough.py runs the walkthrough's)."""
 
 from __future__ import annotations
@@ -13,16 +13,28 @@ def readme() -> str:
     return (ROOT / "README.md").read_text()
 
 
+def docs() -> dict[str, str]:
+    """README.md and every docs/*.md, by path: the user's documentation, held to the same claims."""
+    files = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    return {str(path.relative_to(ROOT)): path.read_text() for path in files}
+
+
 def code_blocks(markdown: str) -> list[tuple[str, str]]:
     """(language, body) of every fenced block, in order."""
     return re.findall(r"^```(\w*)\n(.*?)^```", markdown, flags=re.S | re.M)
 
 
 def section(markdown: str, heading: str) -> str:
-    """From `heading` (a line of the text) to the next top-level (`# `) heading."""
+    """From `heading` (a line of the text) to the next heading of its level or above (outside code blocks)."""
     start = markdown.index(f"\n{heading}\n")
-    end = markdown.find("\n# ", start + 1)
-    return markdown[start:end if end >= 0 else len(markdown)]
+    level = len(heading) - len(heading.lstrip("#"))
+    fence, offset = False, start + len(heading) + 2
+    for line in markdown[offset:].splitlines(keepends=True):
+        fence ^= line.startswith("```")
+        if not fence and re.match(rf"#{{1,{level}}} ", line):
+            return markdown[start:offset]
+        offset += len(line)
+    return markdown[start:]
 
 
 def block_commands(markdown: str, languages: tuple[str, ...] = ("bash", "")) -> list[str]:

@@ -52,7 +52,7 @@ def test_unknown_top_level_key(tmp_path):
 def test_wrong_type(tmp_path):
     error = error_of(write(tmp_path, MINIMAL.replace("high: 8", "high: eight")))
     assert error.path == "parameters.ep_size.high" and error.line == 6
-    assert "valid integer" in error.detail and "'eight'" in error.detail
+    assert "expected an integer" in error.detail and "'eight'" in error.detail
 
 
 def test_bad_range(tmp_path):

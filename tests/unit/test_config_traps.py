@@ -56,14 +56,14 @@ def test_an_unquoted_switch_word_means_what_it_says(tmp_path, word, meant):
 ])
 def test_an_unquoted_yaml_boolean_for_any_other_enum_key_is_refused_with_a_hint_to_quote(key, text, got):
     lines = str(space_error(SPACE + text)).splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"space.yaml:8: {key}: Input should be "), lines
+    assert len(lines) == 1 and lines[0].startswith(f"space.yaml:8: {key}: expected one of "), lines
     assert lines[0].endswith(f"{got}: YAML reads an unquoted on/off/yes/no/true/false as a boolean; quote the word")
 
 
 def test_an_unquoted_yaml_boolean_for_a_host_enum_key_is_refused_too(tmp_path):
     path = tmp_path / "hosts.yaml"
     path.write_text("hosts:\n  box:\n    transport: local\n    load_from: on\n")
-    with pytest.raises(ConfigError, match=r"hosts.yaml:4: hosts.box.load_from: Input should be 'auto', 'controller' "
+    with pytest.raises(ConfigError, match=r"hosts.yaml:4: hosts.box.load_from: expected one of 'auto', 'controller' "
                                           r"or 'host' \(got True\): YAML reads an unquoted"):
         load_hosts(path)
 

@@ -84,6 +84,6 @@ def test_load_from_in_hosts_yaml_defaults_to_auto_and_names_a_bad_value(tmp_path
     path.write_text("hosts:\n  box:\n    transport: ssh\n    address: h\n")
     assert load_hosts(path).hosts["box"].load_from == "auto"
     path.write_text("hosts:\n  box:\n    transport: ssh\n    address: h\n    load_from: remote\n")
-    with pytest.raises(ConfigError, match=r"hosts.yaml:5: hosts.box.load_from: Input should be 'auto', "
+    with pytest.raises(ConfigError, match=r"hosts.yaml:5: hosts.box.load_from: expected one of 'auto', "
                                           r"'controller' or 'host' \(got 'remote'\)"):
         load_hosts(path)

@@ -1,4 +1,4 @@
-"""The README against the code, so the two cannot drift apart:
+"""The README and docs/*.md against the code, so they cannot drift apart:
 
 - every `sweeper ...` command line it shows (in a code block, or inline in backticks) names a real
   command of the Typer app (its click command, typer.main.get_command) and only options that
@@ -7,8 +7,9 @@
   a search space or a fragment of one (every top-level key a key of a space), validated as the
   smallest space (one parameter, every other key at its default) with the fragment's keys put in.
   A block that is neither fails: the rule has no third kind;
-- every key in the first column of the "Search space" and "Workload keys" tables is a key of a
-  space (its first part) and of `workload`.
+- every key in the first column of the "Search space" and "Workload keys" tables (docs/
+  configuration.md) is a key of a space (its first part) and of `workload`;
+- the README stays a first hour's read (at most 300 lines) and links every docs/ file.
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ from sweeper.spec.hosts import HostsFile
 from sweeper.spec.loading import validate_model
 from sweeper.spec.space import Space, Workload, parse_space
 from sweeper.spec.yamlfile import parse_yaml_with_lines
-from tests.support.readme import block_commands, code_blocks, inline_commands, readme
+from tests.support.readme import block_commands, code_blocks, docs, inline_commands, readme
 
 README = readme()
+DOCS = docs()
+ALL_DOCS = "\n".join(DOCS.values())
 ROOT_COMMAND = typer.main.get_command(app)
 PLACEHOLDER_COMMAND = "COMMAND"  # `sweeper COMMAND --help`
 
@@ -83,14 +86,20 @@ def command_problems(line: str) -> list[str]:
             if option not in known]
 
 
-def test_the_readme_shows_many_commands():
-    lines = command_lines(README)
+def test_the_readme_is_a_first_hours_read_and_links_every_doc():
+    assert len(README.splitlines()) <= 300
+    assert [path for path in DOCS if path.startswith("docs/") and f"({path})" not in README] == []
+
+
+def test_the_docs_show_many_commands():
+    lines = command_lines(ALL_DOCS)
     verbs = {line.split()[1] for line in lines}
     assert len(lines) > 60 and {"sweep", "doctor", "campaign", "load", "profile", "best"} <= verbs, verbs
 
 
-def test_every_readme_command_line_names_a_real_command_and_its_options():
-    problems = [problem for line in command_lines(README) for problem in command_problems(line)]
+@pytest.mark.parametrize("path", list(DOCS))
+def test_every_command_line_of_the_docs_names_a_real_command_and_its_options(path):
+    problems = [problem for line in command_lines(DOCS[path]) for problem in command_problems(line)]
     assert not problems, "\n".join(problems)
 
 
@@ -147,7 +156,7 @@ def yaml_problem(block: str) -> str | None:
 
 
 def readme_yaml_blocks() -> list[str]:
-    return [body for language, body in code_blocks(README) if language == "yaml"]
+    return [body for text in DOCS.values() for language, body in code_blocks(text) if language == "yaml"]
 
 
 def test_the_readme_has_hosts_and_space_blocks():
@@ -174,9 +183,10 @@ def test_a_wrong_yaml_block_is_caught(block, problem):
 
 def table_keys(heading: str) -> list[str]:
     """The backticked names in the first column of the table under `heading` (up to the next heading)."""
-    start = README.index(f"\n{heading}\n")
-    end = README.index("\n#", start + 1)
-    rows = [line for line in README[start:end].splitlines() if line.startswith("| `")]
+    configuration = DOCS["docs/configuration.md"]
+    start = configuration.index(f"\n{heading}\n")
+    end = configuration.find("\n#", start + 1)
+    rows = [line for line in configuration[start:end if end >= 0 else None].splitlines() if line.startswith("| `")]
     return [name for row in rows for name in re.findall(r"`([^`]+)`", row.split("|")[1])]
 
 
