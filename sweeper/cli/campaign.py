@@ -41,6 +41,8 @@ def campaign(
                                 "rounds are added until the winner separates (Welch p < 0.05)."),
     max_repeats: int = typer.Option(6, "--max-repeats", min=2, help="Runs of one finalist before an unresolved "
                                     "top is declared a tie."),
+    max_in_launch: int = typer.Option(5, "--max-in-launch-repeats", min=1, help="The most repeats of a level "
+                                      "one validation launch measures (chosen from the measured noise floor)."),
     max_launches: Optional[int] = typer.Option(None, "--max-launches", min=1, help="Sweep evaluations, "
                                                "validation launches and the profile's launch, in all."),
     trials: Optional[int] = typer.Option(None, "--trials", min=1, help="The sweep's budget of evaluations "
@@ -82,7 +84,7 @@ def campaign(
         connected.close()  # each phase connects for itself
         warm_start_study(handle, warm_start or [])
         start_campaign(handle.study, CampaignSettings(seconds, finalists, repeats, max_repeats, max_launches, seed,
-                                                      profile_seconds))
+                                                      profile_seconds, max_in_launch))
         continue_campaign(handle, hosts, storage)
 
 

@@ -6,8 +6,10 @@ the config groups; `--help=all` lists every flag, which the flag check needs."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Mapping
 
+from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import Space
 from sweeper.engines.base import (EngineAdapter, EngineInfo, LaunchSpec, Readiness, Signature, env_ports,
                                   flag_ports, space_flag_args)
@@ -58,6 +60,14 @@ VLLM_PORT_FLAGS = {
 }
 VLLM_PORT_ENV = {"VLLM_PORT": "VLLM_PORT (internal ports count up from it)"}
 
+# Every launch compiles afresh into a compile cache of its own (relative: the server runs in its
+# trial's folder). On the H200 the same config served 21-23k tok/s on launches that compiled
+# (torch.compile, "saved AOT compiled function") and 15-18k on launches that loaded an earlier
+# launch's artifact ("Directly load AOT compilation"): a campaign's sweep launch is a config's first
+# and its validation launches its later ones, so one config measured two ways (bench/gpu/README.md,
+# "Where the variance comes from"). A user's VLLM_CACHE_ROOT (host or space env) wins.
+VLLM_CACHE_ENV = {"VLLM_CACHE_ROOT": "vllm-cache"}
+
 VLLM_INFO = EngineInfo(
     name="vllm",
     # connection refused until the API server starts; then /health 200 (503 once the engine is dead)
@@ -94,6 +104,11 @@ class VLLMEngine(EngineAdapter):
 
     def build_argv(self, space: Space, config: Mapping[str, Any], port: int, python: str) -> list[str]:
         return build_vllm_argv(self.module, space, config, port, python)
+
+    def build_launch_spec(self, space: Space, config: Mapping[str, Any], host: HostSpec,
+                          port: int, python: str) -> LaunchSpec:
+        spec = super().build_launch_spec(space, config, host, port, python)
+        return replace(spec, env={**VLLM_CACHE_ENV, **spec.env})
 
     def bound_ports(self, spec: LaunchSpec) -> dict[int, str]:
         return {**super().bound_ports(spec), **flag_ports(spec.argv, VLLM_PORT_FLAGS),

@@ -24,8 +24,10 @@ from sweeper.search.study import (StudyHandle, SweepEvents, evaluations, load_st
                                   measured_runs, recover_interrupted, run_queue, run_sweep, study_exists,
                                   open_storage, storage_url)
 from sweeper.search.trials import is_pareto_study, ranked_trials
+from sweeper.search.noise import NoiseFloor, best_repeats
 from sweeper.search.validation import (PLANNED_ATTR, create_validation_study, enqueue_planned, is_half_made,
-                                       plan_runs, plan_validation, record_validation)
+                                       launch_costs, noise_floor_of, plan_runs, plan_validation, record_noise_floor,
+                                       record_validation)
 
 PHASES = ("sweep", "validate", "profile", "report", "script", "done")
 PHASE_ATTR = "campaign_phase"
@@ -43,6 +45,7 @@ class CampaignSettings:
     max_launches: int | None = None  # sweep evaluations + validation launches, in all
     seed: int | None = None
     profile_seconds: float = 5.0
+    max_in_launch_repeats: int = 5  # the most repeats of a level one validation launch measures
 
 
 class CampaignIO(Protocol):
@@ -51,6 +54,15 @@ class CampaignIO(Protocol):
 
     def run_trials(self, handle: StudyHandle, host: Host, run: Callable[[SweepEvents], None]) -> None: ...
     def say(self, line: str) -> None: ...
+
+
+def describe_noise(floor: NoiseFloor) -> str:
+    """The noise floor in words: 'noise floor: between-launch CV 1.8%, within-launch CV 0.9% (6
+    launches x 2 repeats)'."""
+    def pct(cv: float | None) -> str:
+        return "unknown" if cv is None else f"{cv:.1%}"
+    return (f"noise floor: between-launch CV {pct(floor.between_cv)}, within-launch CV {pct(floor.within_cv)} "
+            f"({floor.launches} launches x {floor.repeats} repeats)")
 
 
 def is_campaign(study: optuna.Study) -> bool:
@@ -150,7 +162,10 @@ class Campaign:
             study = create_validation_study(self.study, name, results, self.storage, self.handle.host_name,
                                             self.handle.host_spec, len(first_round)).study
         if PLANNED_ATTR not in study.user_attrs and not study.get_trials(deepcopy=False):
-            plan_runs(study, [label for label, _ in first_round])  # the first round, before any is queued
+            # the first round, before any is queued; two repeats in each launch from the start, so
+            # the first round measures both parts of the noise floor (a steady level's repeat is
+            # seconds, its launch a minute or more)
+            plan_runs(study, [label for label, _ in first_round], max(2, self.handle.space.workload.repeats))
         if missing := enqueue_planned(study, self.finalist_params()):
             self.io.say(f"validation: queued {', '.join(missing)}")
         return StudyHandle(study, self.handle.space, self.handle.host_name, self.handle.host_spec, results)
@@ -175,11 +190,15 @@ class Campaign:
             if settings.time_budget_s is not None:
                 time_left = settings.time_budget_s - trial_seconds(self.study) - trial_seconds(validation.study)
             runs = [Measured(label, value) for label, value in measured_runs(validation.study)]
+            floor = noise_floor_of(validation.study, self.handle.space.objective_level)
+            record_noise_floor((self.study, validation.study), floor)
             plan = plan_validation(runs, candidates, maximize, settings.max_repeats, launches_left, time_left)
             if not plan.runs:
                 break
-            self.io.say(f"validation: another round of {', '.join(plan.runs)}")
-            plan_runs(validation.study, plan.runs)
+            repeats = self.next_repeats(floor, validation.study)
+            self.io.say(f"validation: another round of {', '.join(plan.runs)}; {describe_noise(floor)}"
+                        + (f"; {repeats} repeats per launch" if repeats else ""))
+            plan_runs(validation.study, plan.runs, repeats)
             enqueue_planned(validation.study, self.finalist_params())
         verdict = plan.verdict
         rows = record_validation(self.study, validation.study, maximize, verdict)
@@ -188,6 +207,15 @@ class Campaign:
                             f"{validation.name!r}")
         return {"study": validation.name, "launches": evaluations(validation.study), "verdict": verdict,
                 "rows": rows}
+
+    def next_repeats(self, floor: NoiseFloor, validation: optuna.Study) -> int | None:
+        """In-launch repeats for the next round's launches, where the noise floor is known: more
+        repeats where launches agree and repeats do not, more launches (1 repeat) where launches
+        differ (noise.best_repeats, costs from this campaign's own launches); None: the space's."""
+        if floor.between_cv is None or floor.within_cv is None:
+            return None
+        launch_s, repeat_s = launch_costs(validation)
+        return best_repeats(floor, launch_s, repeat_s, self.settings.max_in_launch_repeats)
 
     def _recover_validation(self, validation: StudyHandle) -> None:
         """Servers a dead controller left (found by their run tokens), its runs marked failed and

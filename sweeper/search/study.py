@@ -290,6 +290,17 @@ class TrialGate(Protocol):
     def server_started(self, trial: optuna.Trial, proc: ServerProcess) -> None: ...
 
 
+REPEATS_ATTR = "repeats"  # a queued run's in-launch repeats per level (the campaign's choice)
+
+
+def space_for_trial(space: Space, trial: optuna.Trial) -> Space:
+    """The space a trial runs: the study's, with the in-launch repeats it was queued with."""
+    repeats = trial.user_attrs.get(REPEATS_ATTR)
+    if not repeats or repeats == space.workload.repeats:
+        return space
+    return space.model_copy(update={"workload": space.workload.model_copy(update={"repeats": int(repeats)})})
+
+
 def make_objective(handle: StudyHandle, host: Host, events: SweepEvents,
                    gate: TrialGate | None = None) -> Callable[[optuna.Trial], float | list[float]]:
     """The function Optuna calls per trial: one value, or the Pareto mode's two."""
@@ -318,7 +329,7 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents,
         watch = TrialWatch(handle, trial, events, gate)
         try:
             with gate.hold(trial, config) if gate is not None else nullcontext(handle.host_spec) as host_spec:
-                ctx = TrialContext(space=space, engine=engine, host=host, host_spec=host_spec,
+                ctx = TrialContext(space=space_for_trial(space, trial), engine=engine, host=host, host_spec=host_spec,
                                    trial_dir=trial_dir, reference_samples=reference_samples(study),
                                    on_stage=watch.on_stage, on_intent=watch.on_intent, on_started=watch.on_started,
                                    on_level=watch.on_level,
@@ -519,13 +530,16 @@ def installed_flags(study: optuna.Study, space: Space, host: Host) -> dict[str, 
 
 
 def enqueue_runs(study: optuna.Study, runs: list[tuple[str, dict]], seed_label: str | None = None,
-                 measure_again: bool = True) -> None:
+                 measure_again: bool = True, repeats: int | None = None) -> None:
     """Queue configs to be measured as given (no dedupe): ablation levers, finalist repeats; with
-    `measure_again=False`, seeds of a search (warm start: a config already in the study is a duplicate)."""
+    `measure_again=False`, seeds of a search (warm start: a config already in the study is a duplicate).
+    `repeats`: in-launch repeats of each level for these runs (None: the space's)."""
     for label, params in runs:
         attrs = {"label": label, "measure_again": True} if measure_again else {"seed": label}
         if seed_label is not None and label == seed_label:
             attrs["seed"] = seed_label
+        if repeats is not None:
+            attrs[REPEATS_ATTR] = repeats
         study.enqueue_trial(params, user_attrs=attrs)
 
 

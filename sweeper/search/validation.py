@@ -10,15 +10,20 @@ from pathlib import Path
 from typing import Sequence
 
 import optuna
+from optuna.trial import TrialState
 
+from sweeper.levels import Level, level_key
 from sweeper.spec.hosts import HostSpec
 from sweeper.search.ablation import ALPHA, Measured, mean_ci, summarize_finalists, welch_p
+from sweeper.search.noise import NOISE_FLOOR_ATTR, NoiseFloor, pooled_noise
 from sweeper.search.stored import parse_stored_space
-from sweeper.search.study import StudyHandle, create_study, enqueue_runs, measured_runs
+from sweeper.search.study import StudyHandle, create_study, enqueue_runs, measured_runs, measured_values
 
 REFERENCE_ATTRS = ("reference_text", "reference_samples", "reference_source")
 SOURCE_ATTR = "validation_of"  # the last write of a validation study's set-up: without it, the set-up was cut short
 PLANNED_ATTR = "planned_runs"  # labels of every run planned, in order, written before they are queued
+PLANNED_REPEATS_ATTR = "planned_repeats"  # in-launch repeats of each planned run (None: the space's)
+LAUNCH_STAGES = ("preflight", "launch", "wait_ready", "check_output", "stop")  # what a launch costs besides its load
 
 
 def create_validation_study(source: optuna.Study, name: str, results: Path, storage: str | None,
@@ -40,10 +45,14 @@ def is_half_made(study: optuna.Study) -> bool:
     return SOURCE_ATTR not in study.user_attrs and not study.get_trials(deepcopy=False)
 
 
-def plan_runs(study: optuna.Study, labels: list[str]) -> None:
-    """Intent before action: a round's runs are written into the study before any is queued, so
-    a resume queues what was planned (not what it would plan from a round half queued)."""
-    study.set_user_attr(PLANNED_ATTR, [*study.user_attrs.get(PLANNED_ATTR, []), *labels])
+def plan_runs(study: optuna.Study, labels: list[str], repeats: int | None = None) -> None:
+    """Intent before action: a round's runs (and their in-launch repeats) are written into the
+    study before any is queued, so a resume queues what was planned (not what it would plan from
+    a round half queued)."""
+    planned = study.user_attrs.get(PLANNED_ATTR, [])
+    earlier = study.user_attrs.get(PLANNED_REPEATS_ATTR) or [None] * len(planned)
+    study.set_user_attr(PLANNED_REPEATS_ATTR, [*earlier, *([repeats] * len(labels))])
+    study.set_user_attr(PLANNED_ATTR, [*planned, *labels])
 
 
 def enqueue_planned(study: optuna.Study, params: dict[str, dict]) -> list[str]:
@@ -59,7 +68,9 @@ def enqueue_planned(study: optuna.Study, params: dict[str, dict]) -> list[str]:
         raise RuntimeError(f"validation study {study.study_name!r}: queued runs {queued} are not the "
                            f"start of the planned {planned}")
     missing = planned[len(queued):]
-    enqueue_runs(study, [(label, params[label]) for label in missing])
+    repeats = (study.user_attrs.get(PLANNED_REPEATS_ATTR) or [None] * len(planned))[len(queued):]
+    for label, count in zip(missing, repeats):
+        enqueue_runs(study, [(label, params[label])], repeats=count)
     return missing
 
 
@@ -73,6 +84,48 @@ def record_validation(source: optuna.Study, validation: optuna.Study, maximize: 
         record["verdict"] = verdict
     source.set_user_attr("validation", record)
     return rows
+
+
+def launch_repeats(study: optuna.Study, level: Level) -> dict[str, list[list[float]]]:
+    """label -> each feasible launch's in-launch repeats of the objective at `level` (the level's
+    `repeat_output_throughputs` where the objective is its output tok/s, else the one value)."""
+    labelled = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if "label" in t.user_attrs]
+    out: dict[str, list[list[float]]] = {}
+    for trial, (_, values) in zip(labelled, measured_values(study)):  # the same trials, in the same order
+        if values is None:
+            continue
+        metrics = (trial.user_attrs.get("levels") or {}).get(level_key(level)) or {}
+        repeats = metrics.get("repeat_output_throughputs")
+        same = repeats and metrics.get("output_throughput") == values[0]
+        out.setdefault(trial.user_attrs["label"], []).append(list(repeats) if same else [values[0]])
+    return out
+
+
+def launch_costs(study: optuna.Study) -> tuple[float, float]:
+    """Mean seconds of a launch (its stages besides the load) and of one in-launch repeat of the
+    load, over the study's completed runs; (0, 0) before any."""
+    launches, repeats = [], []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        stages = trial.user_attrs.get("stage_seconds") or {}
+        if "load" not in stages:
+            continue
+        launches.append(sum(stages.get(name, 0.0) for name in LAUNCH_STAGES))
+        levels = trial.user_attrs.get("levels") or {}
+        count = max((int(m.get("repeats") or 1) for m in levels.values()), default=1)
+        repeats.append(stages["load"] / count)
+    if not launches:
+        return 0.0, 0.0
+    return statistics.fmean(launches), statistics.fmean(repeats)
+
+
+def record_noise_floor(studies: Sequence[optuna.Study], floor: NoiseFloor) -> None:
+    """The noise floor into each study (the sweep's, where results/ shows it, and the validation's)."""
+    for study in studies:
+        study.set_user_attr(NOISE_FLOOR_ATTR, floor.as_attr())
+
+
+def noise_floor_of(study: optuna.Study, level: Level) -> NoiseFloor:
+    return pooled_noise(launch_repeats(study, level), level_key(level))
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
                      help="modelled weight-load time")
     sim.add_argument("--noise", type=_non_negative_float, default=0.02,
                      help="std of per-step speed jitter; the per-launch factor gets half of it")
+    sim.add_argument("--launch-noise", type=_non_negative_float, default=None,
+                     help="std of the per-launch speed factor (default: half of --noise)")
+    sim.add_argument("--run-noise", type=_non_negative_float, default=0.0,
+                     help="std of a slow speed factor redrawn every --run-noise-steps steps (within-launch drift)")
+    sim.add_argument("--run-noise-steps", type=int, default=200, help="steps between draws of --run-noise")
     sim.add_argument("--hang-after-requests", type=int, default=None,
                      help="stop producing tokens after this many finished requests (an NCCL hang "
                           "mid-load: /health still answers 200)")

@@ -68,12 +68,19 @@ class SimRequest:
 
 
 class Jitter:
-    """Multiplicative noise: a per-launch speed factor (std noise/2) times per-step noise (std noise)."""
+    """Multiplicative noise in three parts, as a real server's rate moves (bench/gpu/README.md,
+    "Where the variance comes from"): a per-launch speed factor (std `launch_noise`; default half
+    of `noise`: what a compile or a core placement fixes for the server's life), a slow factor
+    redrawn every `run_steps` steps (std `run_noise`: what moves repeats inside one launch), and
+    per-step noise (std `noise`: what averages out inside a level)."""
 
-    def __init__(self, noise: float, seed: int | None) -> None:
-        self._noise = noise
+    def __init__(self, noise: float, seed: int | None, launch_noise: float | None = None,
+                 run_noise: float = 0.0, run_steps: int = 200) -> None:
+        self._noise, self._run_noise, self._run_steps = noise, run_noise, max(run_steps, 1)
         self._rng = random.Random(seed)
-        self.launch_factor = self._clipped(noise / 2.0, limit=2.0)
+        self.launch_factor = self._clipped(noise / 2.0 if launch_noise is None else launch_noise, limit=2.0)
+        self._steps = 0
+        self._run_factor = 1.0
 
     def _clipped(self, std: float, limit: float) -> float:
         if std <= 0:
@@ -81,7 +88,10 @@ class Jitter:
         return min(max(self._rng.gauss(1.0, std), 1.0 - limit * std), 1.0 + limit * std)
 
     def factor(self) -> float:
-        return self.launch_factor * self._clipped(self._noise, limit=3.0)
+        if self._steps % self._run_steps == 0:
+            self._run_factor = self._clipped(self._run_noise, limit=2.0)
+        self._steps += 1
+        return self.launch_factor * self._run_factor * self._clipped(self._noise, limit=3.0)
 
 
 class Scheduler:

@@ -86,7 +86,8 @@ class SimServer:
         self._log = log
         self._ready = False
         self._model_name = args.served_model_name or args.model_path
-        self._scheduler = Scheduler(cfg, args.time_scale, Jitter(args.noise, args.random_seed), log,
+        self._scheduler = Scheduler(cfg, args.time_scale, Jitter(args.noise, args.random_seed, args.launch_noise,
+                                                                      args.run_noise, args.run_noise_steps), log,
                                     hang_after_requests=args.hang_after_requests)
         self._garbage_seed = config_seed(repr(cfg)) if failure is not None and failure.phase == "garbage" else None
         self._request_ids = itertools.count()

@@ -83,3 +83,15 @@ def test_sweeper_load_refuses_a_cap_without_precision(sim):
 
     result = CliRunner().invoke(app, ["load", sim[0], "--max-requests", "10"])
     assert result.exit_code != 0 and "give --precision too" in result.output
+
+
+def test_a_steady_level_leaves_its_ramp_and_drain_out_of_its_window_and_says_how_long_they_were(sim):
+    """The default on real engines (measure: steady): the first C requests ask for staggered lengths,
+    the window starts when the last of them ended and stops when the level stopped sending."""
+    url, model = sim
+    level = measure_level(url, model, replace(PLAN, precision=0.05, max_seconds=3000.0, stagger=True), 4)
+    assert level["precision_reached"] is True and level["stopped_by"] == "precision"
+    # the ramp lasts about one request (the longest first request asks for the full length)
+    assert level["ramp_s"] > 0.5 * level["median_e2e_latency_ms"] / 1000
+    assert level["drain_s"] > 0
+    assert 0 < level["window_s"] <= level["duration"] - level["ramp_s"] - level["drain_s"] + 1e-6
