@@ -135,6 +135,11 @@ DEFAULT_MAX_SECONDS = 300.0
 # the 95% CI half-width of its output tok/s. 1% separates configs 3% apart (issue 29); on vLLM at
 # C=128 it took ~N s (bench/gpu/README.md, "Where the variance comes from").
 DEFAULT_STEADY_PRECISION = 0.01
+# ...and its time cap when the level is steady by the engine's default alone (nothing set): on vLLM
+# at C=128 half the levels reached 1% within 15 s (half-widths 0.3-0.9%), the others drifted with
+# half-widths of 2-6% that more time would not have narrowed much (the server's CPU-bound
+# processes, bench/gpu/README.md): a minute bounds what such a level costs a ladder.
+DEFAULT_STEADY_MAX_SECONDS = 60.0
 
 # The client-lag validity bar's one default (loadgen/metrics.py reads it): a level whose client
 # event loop lagged more (p99) measured the client, not the server.
@@ -277,8 +282,11 @@ class Workload(Strict):
         """The workload with `measure` resolved for an engine (auto -> steady or rounds) and a
         steady level's precision filled in."""
         steady = self.steady(engine_measure)
-        precision = (self.precision or DEFAULT_STEADY_PRECISION) if steady else None
-        return self.model_copy(update={"measure": "steady" if steady else "rounds", "precision": precision})
+        update: dict = {"measure": "steady" if steady else "rounds",
+                        "precision": (self.precision or DEFAULT_STEADY_PRECISION) if steady else None}
+        if steady and (self.precision, self.max_seconds, self.max_requests) == (None, None, None):
+            update["max_seconds"] = DEFAULT_STEADY_MAX_SECONDS
+        return self.model_copy(update=update)
 
     @property
     def level_precision(self) -> float | None:

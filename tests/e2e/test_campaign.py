@@ -81,6 +81,11 @@ def test_campaign_runs_every_phase_and_heads_the_report_with_the_summary(ccli):
 
     first_round = [f"trial {t.number}" for t in ranked_trials(study)[:2]]
     assert labels[:2 * len(first_round)] == first_round * 2  # interleaved rounds, best first
+    # the first round measures two repeats in each launch: both parts of the noise floor, recorded
+    assert [t.user_attrs.get("repeats") for t in validation.trials[:4]] == [2, 2, 2, 2]
+    floor = attrs["noise_floor"]
+    assert floor["launches"] >= 2 and floor["repeats"] == 2 and floor["within_cv"] is not None, floor
+    assert validation.user_attrs["noise_floor"] == floor
     report = (ccli.workdir / "results/cp/report.md").read_text()
     assert report.index("Campaign summary") < report.index("Summary\n") and "Finalists re-measured" in report
     script = (ccli.workdir / "results/cp/serve-winner.sh").read_text()

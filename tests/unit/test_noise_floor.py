@@ -72,6 +72,7 @@ def test_real_engines_measure_steady_levels_and_the_simulator_fixed_rounds():
     assert get_engine("vllm").info.measure == "steady" and get_engine("sim").info.measure == "rounds"
     steady = workload.for_engine(get_engine("vllm").info.measure)
     assert steady.measure == "steady" and steady.precision == DEFAULT_STEADY_PRECISION == 0.01
+    assert steady.max_seconds == 60.0 and Workload(precision=0.02).for_engine("steady").max_seconds is None
     assert workload.for_engine("rounds").precision is None
     assert Workload(precision=0.02).for_engine("rounds").measure == "steady"  # asked for: kept
     assert Workload(measure="rounds").for_engine("steady").measure == "rounds"
