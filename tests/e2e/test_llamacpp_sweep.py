@@ -46,7 +46,7 @@ rules:
   - {{forbid: "cache_type == 'q8_0' and flash_attn == 'off'", reason: quantized V cache needs flash attention}}
 check: {{mode: none, max_tokens: 4}}
 workload: {{input_len: 8, output_len: 32, concurrency: [1, 4, 16], min_rounds: 2, warmup_rounds: 1,
-           max_client_lag_ms: 250}}
+           max_client_lag_ms: 250, measure: rounds}}
 objective: {{metric: output_throughput, level: 16}}
 budget: {{trials: 6}}
 launch: {{ready_timeout_s: 60, stall_timeout_s: 30, stop_grace_s: 5}}
