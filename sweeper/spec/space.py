@@ -521,8 +521,9 @@ def space_fingerprint(space: Space) -> str:
         data.pop("objectives", None)
     workload = data.get("workload", {})
     for key, default in (("request_rates", None), ("arrival", "poisson"), ("max_concurrency", None),
-                         ("capacity_max_rate", 1000.0), ("capacity_rate_resolution", 0.05)):
-        if workload.get(key) == default:  # the same for the open-loop keys
+                         ("capacity_max_rate", 1000.0), ("capacity_rate_resolution", 0.05),
+                         ("measure", "auto"), ("ramp", "stagger")):
+        if workload.get(key) == default:  # the same for the open-loop and the steady-level keys
             workload.pop(key, None)
     canonical = json.dumps(data, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
