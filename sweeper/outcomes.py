@@ -24,6 +24,7 @@ class FailureKind(StrEnum):
     RULE = "rule"
     CONSTRAINT = "constraint"
     UNSUPPORTED_FLAG = "unsupported_flag"
+    TOO_MANY_GPUS = "too_many_gpus"  # its parallel sizes need more GPUs than the host's `gpus:`
     # start-up, from the engine's own log lines (engines/*.py signatures) or its exit
     INVALID_ARGUMENT = "invalid_argument"
     INVALID_PARALLEL = "invalid_parallel"
