@@ -62,6 +62,11 @@ class FailureKind(StrEnum):
     STOP_FAILED = "stop_failed"
 
 
+# Failures that judge the host the trial was to run on, not the config: on another host (many
+# hosts, a warm start) the config is judged again, never copied as broken.
+HOST_BOUND_KINDS = frozenset({FailureKind.TOO_MANY_GPUS})
+
+
 ThroughputMetric = Literal["output_throughput", "total_throughput", "request_throughput"]
 # Fair comparisons (maximised, like a throughput): per GPU the config uses, and per user (1 / TPOT)
 FairnessMetric = Literal["output_throughput_per_gpu", "output_throughput_per_user"]

@@ -30,7 +30,7 @@ from optuna.trial import FrozenTrial, TrialState
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import Space, gpu_count_of
 from sweeper.errors import InfraError, UserError
-from sweeper.outcomes import FailureKind
+from sweeper.outcomes import HOST_BOUND_KINDS
 from sweeper.hosts import Host, ServerProcess
 from sweeper.fleet.leases import LeaseBook, LeaseKeeper, slot_name
 from sweeper.search.leftovers import stop_leftover_servers
@@ -81,7 +81,7 @@ def refused_for_another_hosts_gpus(trial: FrozenTrial, host: str | None) -> bool
     """Whether the trial's config was refused at preflight for needing more GPUs than the host it
     was to run on, a host other than `host`."""
     failure = trial.user_attrs.get("failure") or {}
-    return failure.get("kind") == FailureKind.TOO_MANY_GPUS and trial.user_attrs.get("host") != host
+    return failure.get("kind") in HOST_BOUND_KINDS and trial.user_attrs.get("host") != host
 
 
 def slot_plan(host_name: str, spec: HostSpec, gpu_set: str | None, need: int | None) -> tuple[list[str], str | None]:

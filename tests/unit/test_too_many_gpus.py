@@ -15,6 +15,7 @@ from sweeper.hosts.local import LocalHost
 from sweeper.outcomes import FailureKind, Stage
 from sweeper.search.doctor import check_space_gpus, most_gpus, seed_commands
 from sweeper.search.study import stored_host_spec
+from sweeper.search.warm import build_warm_start
 from sweeper.spec.hosts import HostSpec, load_hosts
 from sweeper.spec.space import parse_space
 from sweeper.trial.launch import preflight
@@ -137,3 +138,26 @@ def test_many_hosts_a_config_refused_on_a_smaller_host_runs_on_a_bigger_one():
     assert decide_claim([refused], 5, "k", budget=10, host="small") == ("duplicate", refused)  # free there
     crashed = finished(1, "small", launched=True, failure={"stage": "wait_ready", "kind": "crash", "message": ""})
     assert decide_claim([crashed], 5, "k", budget=10, host="big") == ("duplicate", crashed)
+
+
+def test_a_warm_start_does_not_carry_a_config_too_big_for_the_earlier_host_as_broken():
+    text = """\
+name: w
+engine: sim
+model: m
+parameters:
+  x: {type: categorical, choices: [1, 2], flag: --tp-size}
+"""
+    space = parse_space(text, "inline")
+    earlier = optuna.create_study(study_name="small-host")
+    earlier.set_user_attr("space_text", text)
+    failures = {2: {"stage": "preflight", "kind": "too_many_gpus", "message": "needs 2 GPUs, host small has 1"},
+                1: {"stage": "wait_ready", "kind": "crash", "message": "died"}}
+    for x, failure in failures.items():  # recorded as the sweep records a failed trial
+        earlier.enqueue_trial({"x": x})
+        trial = earlier.ask({"x": DIST["x"]})
+        trial.set_user_attr("failure", failure)
+        trial.set_constraint("config_fault", 1.0)
+        earlier.tell(trial, 0.0)
+    broken = build_warm_start(space, [earlier]).broken
+    assert list(broken) == ['{"x":1}']  # the crash is the config's; the size was the host's
