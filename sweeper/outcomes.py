@@ -24,6 +24,7 @@ class FailureKind(StrEnum):
     RULE = "rule"
     CONSTRAINT = "constraint"
     UNSUPPORTED_FLAG = "unsupported_flag"
+    TOO_MANY_GPUS = "too_many_gpus"  # its parallel sizes need more GPUs than the host's `gpus:`
     # start-up, from the engine's own log lines (engines/*.py signatures) or its exit
     INVALID_ARGUMENT = "invalid_argument"
     INVALID_PARALLEL = "invalid_parallel"
@@ -59,6 +60,11 @@ class FailureKind(StrEnum):
     SLO = "slo"
     ABANDONED = "abandoned"  # a partial ladder stopped: it could not catch the incumbent
     STOP_FAILED = "stop_failed"
+
+
+# Failures that judge the host the trial was to run on, not the config: on another host (many
+# hosts, a warm start) the config is judged again, never copied as broken.
+HOST_BOUND_KINDS = frozenset({FailureKind.TOO_MANY_GPUS})
 
 
 ThroughputMetric = Literal["output_throughput", "total_throughput", "request_throughput"]

@@ -37,6 +37,8 @@ def doctor(
 def format_check(check: Check) -> str:
     if check.skipped:
         return f"skipped  {check.name}: {check.detail}"
+    if check.ok and check.warning:
+        return f"warning  {check.name}: {check.detail}"
     if check.ok:
         return f"ok       {check.name}: {check.detail}"
     return f"problem  {check.name}: {check.detail}" + (f"\n         fix: {check.fix}" if check.fix else "")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
 from sweeper.spec.hosts import HostSpec
-from sweeper.spec.space import Space
+from sweeper.spec.space import Space, gpu_count_of
 from sweeper.loadgen.endpoints import RequestDialect, TokenizeApi
 from sweeper.loadgen.probe import PrefixCacheApi
 from sweeper.outcomes import FailureKind
@@ -76,6 +76,20 @@ def gpus_in_argv(argv: Sequence[str], parallel_flags: Sequence[Sequence[str]]) -
         given = next((values[s] for s in spellings if s in values), "1")
         gpus *= int(given) if given.isdigit() else 1
     return gpus
+
+
+def config_gpus(space: Space, info: EngineInfo, config: Mapping[str, Any], argv: Sequence[str]) -> int | None:
+    """The GPUs the config runs on: the space's `gpus:` expression, else the engine's parallel
+    sizes in its argv (TP x DP x PP), else unknown."""
+    return gpu_count_of(space, dict(config)) or gpus_in_argv(argv, info.parallel_flags)
+
+
+def gpus_beyond_host(needed: int | None, host_name: str, host_gpus: int | None) -> str | None:
+    """Why a config cannot run on the host ('needs 2 GPUs, host local has 1'), or None when it fits
+    or either count is unknown (an engine that does not say, a host entry without `gpus:`)."""
+    if needed is None or host_gpus is None or needed <= host_gpus:
+        return None
+    return f"needs {needed} GPUs, host {host_name} has {host_gpus}"
 
 
 class Engine(Protocol):

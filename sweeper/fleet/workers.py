@@ -30,6 +30,7 @@ from optuna.trial import FrozenTrial, TrialState
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import Space, gpu_count_of
 from sweeper.errors import InfraError, UserError
+from sweeper.outcomes import HOST_BOUND_KINDS
 from sweeper.hosts import Host, ServerProcess
 from sweeper.fleet.leases import LeaseBook, LeaseKeeper, slot_name
 from sweeper.search.leftovers import stop_leftover_servers
@@ -59,11 +60,14 @@ def budget_state(trials: Sequence[FrozenTrial], budget: int, me: int | None = No
     return "wait" if done + running >= budget else "open"
 
 
-def decide_claim(trials: Sequence[FrozenTrial], number: int, key: str, budget: int) -> tuple[str, FrozenTrial | None]:
+def decide_claim(trials: Sequence[FrozenTrial], number: int, key: str, budget: int,
+                 host: str | None = None) -> tuple[str, FrozenTrial | None]:
     """('duplicate', trial) to copy a measured config, ('wait', trial) while another worker
-    measures it, or budget_state's 'spent' / 'wait' / 'run'."""
+    measures it, or budget_state's 'spent' / 'wait' / 'run'. A config refused on another host for
+    its GPUs (too_many_gpus) is no verdict on it for `host`, whose GPUs may be enough."""
     for t in trials:
-        if t.number == number or t.user_attrs.get("config_key") != key or "duplicate_of" in t.user_attrs:
+        if (t.number == number or t.user_attrs.get("config_key") != key or "duplicate_of" in t.user_attrs
+                or refused_for_another_hosts_gpus(t, host)):
             continue
         if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
             return "duplicate", t
@@ -71,6 +75,13 @@ def decide_claim(trials: Sequence[FrozenTrial], number: int, key: str, budget: i
             return "wait", t
     state = budget_state(trials, budget, me=number)
     return ("run" if state == "open" else state), None
+
+
+def refused_for_another_hosts_gpus(trial: FrozenTrial, host: str | None) -> bool:
+    """Whether the trial's config was refused at preflight for needing more GPUs than the host it
+    was to run on, a host other than `host`."""
+    failure = trial.user_attrs.get("failure") or {}
+    return failure.get("kind") in HOST_BOUND_KINDS and trial.user_attrs.get("host") != host
 
 
 def slot_plan(host_name: str, spec: HostSpec, gpu_set: str | None, need: int | None) -> tuple[list[str], str | None]:
@@ -157,7 +168,7 @@ class SharedGate:
         while True:
             with self.book.study_lock(study.study_name):
                 verdict, other = decide_claim(study.get_trials(deepcopy=False), trial.number, key,
-                                              self.handle.budget)
+                                              self.handle.budget, self.handle.host_name)
                 if verdict == "run":
                     trial.set_user_attr("claimed", True)
                     return None

@@ -12,6 +12,7 @@ import optuna
 from sweeper.levels import short_level
 from sweeper.results.gap import build_study_gap
 from sweeper.search.trials import is_evaluation
+from sweeper.spec.hosts import HostSpec
 
 
 def _row(rows: list[dict], label: str | None) -> dict | None:
@@ -27,7 +28,7 @@ def gpus_per_launch(attrs: dict) -> int:
     """GPUs one server holds: a GPU set's size when the host has sets, else the host's GPUs."""
     spec = attrs.get("host_spec") or {}
     sets = spec.get("gpu_sets") or []
-    return len(sets[0].split(",")) if sets else int(spec.get("gpus", 0))
+    return len(sets[0].split(",")) if sets else int(spec.get("gpus", HostSpec.model_fields["gpus"].default))
 
 
 def failures_by_kind(*studies: optuna.Study) -> dict[str, int]:

@@ -5,12 +5,13 @@ cli -> search -> trial -> (engines, hosts)."""
 
 from __future__ import annotations
 
+import itertools
 import shlex
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterator
 
 from sweeper.engines import get_engine, installed
-from sweeper.engines.base import Engine, flag_args
+from sweeper.engines.base import Engine, config_gpus, flag_args, gpus_beyond_host, space_flag_args
 from sweeper.errors import InfraError, UserError
 from sweeper.hosts import Host, open_host
 from sweeper.hosts.gate import format_holders
@@ -19,6 +20,8 @@ from sweeper.redact import redact_env, redacted_command_line
 from sweeper.search.configs import parameter_values, with_derived
 from sweeper.search.ablation import sampled_config
 from sweeper.spec.hosts import HostSpec
+from sweeper.spec.expr import Missing, parse_expr
+from sweeper.spec.rules import excluded_by_rule, violated_constraints
 from sweeper.spec.space import Space
 
 MIN_FREE_DISK_MIB = 1024  # trial folders hold logs and launch files: a little, but never none
@@ -33,6 +36,7 @@ class Check:
     detail: str
     fix: str = ""
     skipped: bool = False  # not run: a check it needs failed (one cause, one problem line)
+    warning: bool = False  # ok for the sweep, but worth knowing (exit 0)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -67,7 +71,10 @@ def run_checks(space: Space, host_name: str, spec: HostSpec) -> list[Check]:
         checks += guarded("ports", "check base_port of the host and that the host answers",
                           lambda: check_ports(host, engine, space, spec, python))
         checks += guarded("disk", "check work_dir of the host", lambda: check_disk(host, spec.work_dir))
-        checks += guarded("seeds", "fix the space's seeds", lambda: list(seed_commands(engine, space, spec, python)))
+        checks += guarded("gpus: space", "check `gpus:` of the host and the space's parallel sizes",
+                          lambda: check_space_gpus(engine, space, host_name, spec))
+        checks += guarded("seeds", "fix the space's seeds",
+                          lambda: list(seed_commands(engine, space, host_name, spec, python)))
         return checks
     finally:
         host.close()
@@ -214,10 +221,63 @@ def check_disk(host: Host, work_dir: str) -> Check:
     return Check("disk", True, f"{free_mib / 1024:.1f} GiB free in {work_dir}")
 
 
-def seed_commands(engine: Engine, space: Space, spec: HostSpec, python: str) -> Iterator[Check]:
-    """Each seed's exact command line at the base port, secrets masked."""
+def seed_commands(engine: Engine, space: Space, host_name: str, spec: HostSpec, python: str) -> Iterator[Check]:
+    """Each seed's exact command line at the base port, secrets masked; a problem where its
+    parallel sizes need more GPUs than the host has (the preflight would refuse it)."""
     for seed, config in zip(space.seeds, seed_configs(space)):
         launch = engine.build_launch_spec(space, config, spec, spec.base_port, python)
         env = redact_env({k: v for k, v in launch.env.items() if spec.env.get(k) != v})  # the space's own
         exports = "".join(f"{k}={shlex.quote(v)} " for k, v in sorted(env.items()))
-        yield Check(f"seed {seed.name}", True, exports + redacted_command_line(launch.argv))
+        command = exports + redacted_command_line(launch.argv)
+        needed = config_gpus(space, engine.info, config, launch.argv)
+        if too_many := gpus_beyond_host(needed, host_name, spec.declared_gpus):
+            yield Check(f"seed {seed.name}", False, f"{too_many}: {command}",
+                        "lower the seed's parallel sizes, drop the seed, or run it on a host with more GPUs "
+                        "(the sweep would refuse it at preflight: too_many_gpus)")
+        else:
+            yield Check(f"seed {seed.name}", True, command)
+
+
+def check_space_gpus(engine: Engine, space: Space, host_name: str, spec: HostSpec) -> Check:
+    """Whether the space's parameter ranges allow configs that need more GPUs than the host has:
+    a note, not a problem (the preflight refuses those without a launch, and the search learns
+    to avoid them), so a space meant for a bigger host still runs its smaller configs here."""
+    if spec.declared_gpus is None:
+        return Check("gpus: space", True, "not checked: the host entry has no `gpus:`")
+    if (most := most_gpus(space, engine)) is None:
+        return Check("gpus: space", True, "not checked: the GPUs a config needs are not known (no parallel-size "
+                     "flags of the engine with finite values, no `gpus:` in the space)")
+    gpus, config = most
+    if too_many := gpus_beyond_host(gpus, host_name, spec.declared_gpus):
+        shown = ", ".join(f"{k}={v}" for k, v in config.items()) or "the fixed flags"
+        return Check("gpus: space", True, f"the space allows configs larger than the host ({shown} {too_many}); "
+                     "the sweep refuses those at preflight, without a launch (too_many_gpus)", warning=True)
+    return Check("gpus: space", True, f"every config fits: at most {gpus} GPUs, host {host_name} has "
+                 f"{spec.declared_gpus}")
+
+
+def most_gpus(space: Space, engine: Engine) -> tuple[int, dict] | None:
+    """The most GPUs a config of the space needs, with the values of the parameters that set it
+    (its parallel-size flags, the names in its `gpus:`), within its constraints; None where the
+    engine and the space do not say, or a parameter of it has no finite values."""
+    spellings = {flag for factor in engine.info.parallel_flags for flag in factor}
+    in_gpus = parse_expr(space.gpus).names if space.gpus is not None else frozenset()
+    names = [n for n, p in space.parameters.items() if p.flag in spellings or n in in_gpus]
+    if not spellings and space.gpus is None:
+        return None
+    try:
+        value_lists = [parameter_values(space.parameters[n]) for n in names]
+    except ValueError:  # a float without a step
+        return None
+    best: tuple[int, dict] | None = None
+    for combo in itertools.product(*value_lists):
+        config = dict(zip(names, combo))
+        if violated_constraints(space, config) or excluded_by_rule(space, config):
+            continue
+        try:
+            gpus = config_gpus(space, engine.info, config, space_flag_args(space, config))
+        except Missing:  # its `gpus:` names a parameter that does not set the count here
+            return None
+        if gpus is not None and (best is None or gpus > best[0]):
+            best = (gpus, config)
+    return best

@@ -159,7 +159,7 @@ def create_study(name: str, space: Space, space_path: Path, host_name: str, host
         "space_hash": space_fingerprint(space),
         "space": space.model_dump(mode="json"),
         "host_name": host_name,
-        "host_spec": {**host_spec.model_dump(mode="json"), "env": redact_env(host_spec.env)},
+        "host_spec": stored_host_spec(host_spec),
         "budget": budget,
         "sampler": sampler or space.search.sampler,
         "storage": redact_url(url),
@@ -172,6 +172,13 @@ def create_study(name: str, space: Space, space_path: Path, host_name: str, host
     if enqueue_seeds:
         enqueue_space_seeds(study, space)
     return StudyHandle(study, space, host_name, host_spec, results_dir)
+
+
+def stored_host_spec(spec: HostSpec) -> dict:
+    """The host entry as the study keeps it: secrets masked, and `gpus` only where the entry gave
+    it (a resumed study refuses no config for a GPU count its host never stated)."""
+    unstated = set() if spec.declared_gpus is not None else {"gpus"}
+    return {**spec.model_dump(mode="json", exclude=unstated), "env": redact_env(spec.env)}
 
 
 def never_started(study: optuna.Study) -> bool:

@@ -12,6 +12,7 @@ from pathlib import Path
 import optuna
 
 from sweeper.errors import UserError
+from sweeper.outcomes import HOST_BOUND_KINDS
 from sweeper.redact import redact_url
 from sweeper.spec.space import Space
 from sweeper.search.configs import config_key, config_problem, with_derived
@@ -55,6 +56,8 @@ class WarmStart:
 def _broken_reason(trial: optuna.trial.FrozenTrial, rejected: dict[str, str]) -> str | None:
     """What a finished trial proved wrong with its config (None: nothing, or the infrastructure's fault)."""
     failure = trial.user_attrs.get("failure")
+    if failure and failure.get("kind") in HOST_BOUND_KINDS:
+        return None  # too big for that study's host: the new study's preflight judges its own
     if failure and (trial.constraints or {}).get("config_fault", 0) > 0:
         return f"{failure['stage']}/{failure['kind']}: {failure.get('message', '')}".rstrip(": ")
     if str(trial.number) in rejected:

@@ -40,6 +40,12 @@ class HostSpec(Strict):
     # e.g. ["0,1,2,3", "4,5,6,7"]; a config whose space `gpus` fits in one set runs in it
     gpu_sets: list[str] = []
 
+    @property
+    def declared_gpus(self) -> int | None:
+        """The GPUs the host entry says it has; None where it does not say (`gpus` then keeps its
+        default for the GPU gate, but no config is refused for needing more)."""
+        return self.gpus if "gpus" in self.model_fields_set else None
+
     @model_validator(mode="after")
     def _ssh_needs_address(self) -> "HostSpec":
         if self.transport == "ssh" and not self.address:

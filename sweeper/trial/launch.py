@@ -22,7 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from sweeper.engines.base import EngineInfo, LaunchSpec, classify_log
+from sweeper.engines.base import EngineInfo, LaunchSpec, classify_log, config_gpus, gpus_beyond_host
 from sweeper.engines.flags import flag_problems
 from sweeper.errors import InfraError, PortClash
 from sweeper.hosts.agent import write_whole
@@ -31,7 +31,7 @@ from sweeper.hosts.gate import check_gpus_before_launch, wait_gpus_released
 from sweeper.hosts.gpu import GpuSnapshot, gpus_needed
 from sweeper.loadgen.client import LoadgenError, complete, get_status
 from sweeper.loadgen.endpoints import RequestDialect
-from sweeper.outcomes import FailureKind
+from sweeper.outcomes import FailureKind, Stage
 from sweeper.redact import redact_argv, redact_env, redacted_command_line
 from sweeper.spec.rules import excluded_by_rule, violated_constraints
 from sweeper.spec.space import Launch, Space
@@ -141,8 +141,10 @@ def _start_checked(ctx: TrialContext, config: Mapping[str, Any], outcome: TrialO
         return spec
 
     with timer("preflight"):
+        needed = config_gpus(space, ctx.engine.info, config, spec_at(ctx.host_spec.base_port).argv)
         port_or_failure = preflight(space, config, ctx.host, ctx.host_spec.base_port,
-                                    lambda port: ctx.engine.bound_ports(spec_at(port)), ctx.avoid_ports)
+                                    lambda port: ctx.engine.bound_ports(spec_at(port)), ctx.avoid_ports,
+                                    needs_gpus=needed, host_gpus=ctx.host_spec.declared_gpus)
         gpu_baseline = None if isinstance(port_or_failure, Failure) else check_gpus_before_launch(
             ctx.host, ctx.host_spec, ctx.known_servers(), space.launch.stop_grace_s)
     if isinstance(port_or_failure, Failure):
@@ -197,15 +199,19 @@ def _stop_and_release(ctx: TrialContext, outcome: TrialOutcome, timer: Callable,
 
 def preflight(space: Space, config: Mapping[str, Any], host: Host, base_port: int,
               ports_at: Callable[[int], Mapping[int, str]] = lambda port: {port: "--port"},
-              avoid: frozenset[int] = frozenset()) -> Failure | int:
+              avoid: frozenset[int] = frozenset(),
+              needs_gpus: int | None = None, host_gpus: int | None = None) -> Failure | int:
     """A base port at which every port the server will bind (`ports_at`: the engine's bound_ports
     for the config launched there) is free on the host, or the failure that means no launch is
-    needed. `avoid`: base ports a clash was seen on (a retried trial's)."""
+    needed. `avoid`: base ports a clash was seen on (a retried trial's). `needs_gpus`, `host_gpus`:
+    the GPUs the config needs and the host has (None: not known; config_gpus, declared_gpus)."""
     if reason := excluded_by_rule(space, config):
-        return Failure("preflight", "rule", reason)
+        return Failure(Stage.PREFLIGHT, FailureKind.RULE, reason)
     broken = violated_constraints(space, config)
     if broken:
-        return Failure("preflight", "constraint", "violates: " + "; ".join(broken))
+        return Failure(Stage.PREFLIGHT, FailureKind.CONSTRAINT, "violates: " + "; ".join(broken))
+    if too_many := gpus_beyond_host(needs_gpus, host.name, host_gpus):
+        return Failure(Stage.PREFLIGHT, FailureKind.TOO_MANY_GPUS, too_many)
     return free_base_port(host, base_port, ports_at, avoid)
 
 

@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from sweeper.levels import short_level
-from sweeper.engines.base import EngineInfo, gpus_in_argv
+from sweeper.engines.base import config_gpus
 from sweeper.errors import InfraError
 from sweeper.loadgen.capacity import CapacitySlo
 from sweeper.loadgen.metrics import spoiled_by_client
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.loadgen.onhost import load_place
 from sweeper.outcomes import FailureKind
-from sweeper.spec.space import OutputCheck, Space, gpu_count_of
+from sweeper.spec.space import OutputCheck
 from sweeper.trial.context import Failure, TrialContext, TrialOutcome
 from sweeper.trial.energy import PowerMeter
 from sweeper.trial.gate import GateError, GateTimeout, OutputSample, collect_samples, judge, write_check_file
@@ -38,6 +38,7 @@ BAD_OUTPUT = FailureKind.BAD_OUTPUT  # the failure kind of a config whose greedy
 __all__ = [  # the stages' names, importable from here as before they had modules of their own
     "BAD_OUTPUT", "LOG_TAIL_LINES", "Crashed", "Failure", "LogWatch", "Ready", "TimedOut", "TrialContext",
     "TrialOutcome", "build_gpu_memory_record", "build_level_prompts", "build_stream_options", "check_output",
+    "config_gpus",
     "launch", "preflight", "run_trial", "served_vocab_size", "stop", "wait_ready", "write_launch_files",
 ]
 
@@ -131,12 +132,6 @@ def _check_and_measure(ctx: TrialContext, outcome: TrialOutcome, server: Launche
                                  f"retries): {reasons}")
             # An invalid measurement never scores: recorded with its reasons, never ranked.
             outcome.failure = Failure("load", "invalid_measurement", reasons)
-
-
-def config_gpus(space: Space, info: EngineInfo, config: Mapping[str, Any], argv: Sequence[str]) -> int | None:
-    """The GPUs the config runs on: the space's `gpus:` expression, else the engine's parallel
-    sizes in its argv (TP x DP x PP), else unknown."""
-    return gpu_count_of(space, dict(config)) or gpus_in_argv(argv, info.parallel_flags)
 
 
 @contextmanager
