@@ -60,8 +60,8 @@ def build_answer(study: optuna.Study) -> Answer | None:
     validated = bool(top["validated"])
     row = validation_rows(study, spec).get(number) if validated else None
     judged = verdict_winner(study, spec) == number  # the campaign's verdict names this winner
-    others = frame.iloc[1:]
-    tied = others[[tied_cell(v) is True for v in others["tied_with_best"]]]
+    tied = [(int(row["trial"]), row["tie_rule"]) for _, row in frame.iloc[1:].iterrows()
+            if tied_cell(row["tied_with_best"]) is True]
     known = plain_cell(top["ci_low"]) is not None
     failed = int(row["failed"]) if row else 0
     return Answer(
@@ -69,8 +69,8 @@ def build_answer(study: optuna.Study) -> Answer | None:
         value=float(top["rank_value"]), ci_low=plain_cell(top["ci_low"]), ci_high=plain_cell(top["ci_high"]),
         ci_source=top["ci_source"] or "none", validated=validated,
         launches=int(row["runs"]) - failed if row else 1, failed_launches=failed,
-        tied_with=[int(t) for t in tied["trial"]] if known or judged else None,
-        tie_rule=(tied["tie_rule"].iloc[0] or None) if len(tied) else None,
+        tied_with=[number for number, _ in tied] if known or judged else None,
+        tie_rule=None if not tied else "campaign" if judged else (tied[0][1] or None),
         why=(campaign_verdict(study) or {}).get("reason") if judged else None,
         noise_floor=study.user_attrs.get(NOISE_FLOOR_ATTR))
 
@@ -96,7 +96,7 @@ def format_tie(answer: Answer) -> str:
     if answer.tied_with is None:
         return "ties unknown: one measurement has no interval (re-validate the finalists to tell)"
     if not answer.tied_with:
-        return "no tie: separated from every other validated config" if answer.validated else \
+        return "no tie: no other validated config is tied with it" if answer.validated else \
             f"no tie at the level's own interval ({answer.ci_source}; not re-validated)"
     if answer.why is not None:
         return f"tied with {_trials(answer.tied_with)}: the campaign could not separate them ({answer.why})"
