@@ -114,9 +114,9 @@ def format_summary_lines(summary: dict) -> list[str]:
         half = "(one run)" if r["ci95"] is None or r["ci95"] == float("inf") else f"± {r['ci95']:.2f}"
         lines.append(f"runner-up: trial {r['trial']}, {r['mean']:.2f} {half}{p}")
     if summary["tie"]:
-        lines.append(f"TIE: trial {w['trial']} cannot be told apart from trial{'s' if len(summary['tied_with']) > 1 else ''} "
-                     f"{', '.join(map(str, summary['tied_with']))} ({summary['why']}); "
-                     "pick among them on other grounds")
+        tied = summary["tied_with"]
+        lines.append(f"TIE: trial {w['trial']} cannot be told apart from trial{'s' if len(tied) > 1 else ''} "
+                     f"{', '.join(map(str, tied))} ({summary['why']}); pick among them on other grounds")
     elif w is not None:
         lines.append(f"separated: yes ({summary['why']})")
     if noise := format_noise_floor(summary.get("noise_floor")):

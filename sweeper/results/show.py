@@ -30,8 +30,8 @@ def build_show_record(study: optuna.Study) -> dict:
     if is_pareto_study(study):
         confidence = ranked_confidence(study)
         front = pareto_trials(study) if best_trial(study) else []
-        best = [{"trial": t.number, "values": list(t.values), "params": t.params, **_confidence_of(confidence, t.number)}
-                for t in front]
+        best = [{"trial": t.number, "values": list(t.values), "params": t.params,
+                 **_confidence_of(confidence, t.number)} for t in front]
     else:  # the answer (results/answer.py): a validated finalist ranks by its re-runs' mean
         answer = build_answer(study)
         best = [] if answer is None else [{

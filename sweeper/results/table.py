@@ -39,7 +39,8 @@ def format_leaderboard_table(study: optuna.Study, top: int, level: int | float |
     for _, row in frame.head(top).iterrows():
         config = " ".join(f"{p}={row[f'param_{p}']}" for p in params if row[f"param_{p}"] != "")
         value = format_capacity(row) if "capacity" in row.index else _fmt(row["rank_value"])
-        table.add_row(str(row["trial"]), _fmt(row["rank"]), format_result(row, short_level(spec.level), validated), value,
+        result = format_result(row, short_level(spec.level), validated)
+        table.add_row(str(row["trial"]), _fmt(row["rank"]), result, value,
                       format_ci_cell(row), *[_fmt(row[metric_column(c, "output_tok_s")]) for c in levels], config)
     return table
 
