@@ -60,8 +60,8 @@ def build_answer(study: optuna.Study) -> Answer | None:
     validated = bool(top["validated"])
     row = validation_rows(study, spec).get(number) if validated else None
     judged = verdict_winner(study, spec) == number  # the campaign's verdict names this winner
-    tied = [(int(row["trial"]), row["tie_rule"]) for _, row in frame.iloc[1:].iterrows()
-            if tied_cell(row["tied_with_best"]) is True]
+    tied = [(int(other["trial"]), other["tie_rule"]) for _, other in frame.iloc[1:].iterrows()
+            if tied_cell(other["tied_with_best"]) is True]
     known = plain_cell(top["ci_low"]) is not None
     failed = int(row["failed"]) if row else 0
     return Answer(
@@ -69,7 +69,7 @@ def build_answer(study: optuna.Study) -> Answer | None:
         value=float(top["rank_value"]), ci_low=plain_cell(top["ci_low"]), ci_high=plain_cell(top["ci_high"]),
         ci_source=top["ci_source"] or "none", validated=validated,
         launches=int(row["runs"]) - failed if row else 1, failed_launches=failed,
-        tied_with=[number for number, _ in tied] if known or judged else None,
+        tied_with=[trial for trial, _ in tied] if known or judged else None,
         tie_rule=None if not tied else "campaign" if judged else (tied[0][1] or None),
         why=(campaign_verdict(study) or {}).get("reason") if judged else None,
         noise_floor=study.user_attrs.get(NOISE_FLOOR_ATTR))
