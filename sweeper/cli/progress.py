@@ -40,31 +40,31 @@ class RichEvents:
     lines of started trials, level results and finished trials."""
 
     def __init__(self, live: Live):
-        self.live, self.number, self.evaluation, self.budget = live, None, 0, 0
+        self.live, self.name, self.evaluation, self.budget = live, None, 0, 0
         self.stage_name, self.started, self.best = "", time.monotonic(), None
 
     def render(self) -> str:
         elapsed = time.monotonic() - self.started
         best = "-" if self.best is None else f"{self.best:.2f}"
-        return (f"[bold]trial {self.number}[/] (evaluation {self.evaluation} of {self.budget})  "
+        return (f"[bold]{self.name}[/] (evaluation {self.evaluation} of {self.budget})  "
                 f"stage [cyan]{self.stage_name}[/]  elapsed {elapsed:5.0f}s  best {best}")
 
-    def trial_started(self, number, evaluation, budget, config):
-        self.number, self.evaluation, self.budget = number, evaluation, budget
+    def trial_started(self, name, evaluation, budget, config):
+        self.name, self.evaluation, self.budget = name, evaluation, budget
         settings = " ".join(f"{k}={v}" for k, v in config.items())
-        self.live.console.print(f"trial {number}: {settings}", highlight=False)
+        self.live.console.print(f"{name}: {settings}", highlight=False)
         self.live.update(self.render())
 
-    def stage(self, number, stage):
+    def stage(self, name, stage):
         self.stage_name = stage
         self.live.update(self.render())
 
-    def level(self, number, level, metrics):
+    def level(self, name, level, metrics):
         self.live.console.print(f"     {format_level_line(level, metrics)}", highlight=False, markup=False)
 
-    def trial_finished(self, number, summary, best):
+    def trial_finished(self, name, summary, best):
         self.best = best
-        self.live.console.print(f"  -> trial {number}: {summary}", highlight=False)
+        self.live.console.print(f"  -> {name}: {summary}", highlight=False)
         self.live.update(self.render())
 
     def note(self, text):  # a --verbose line (an engine's log tail, an SSH event)
@@ -80,7 +80,7 @@ class LineEvents:
 
     def __init__(self, prefix: str | None = None, show: bool = True):
         self.prefix, self.show = (f"[{prefix}] " if prefix else ""), show
-        self.number, self.stage_name, self.stage_started = None, "", 0.0
+        self.name, self.stage_name, self.stage_started = None, "", 0.0
         self.last_said, self.engine_line = time.monotonic(), ""
 
     def say(self, text: str, wrap: bool = True) -> None:
@@ -90,20 +90,20 @@ class LineEvents:
             console.print(line, highlight=False, markup=False, soft_wrap=not wrap)
         write_log_file(line)
 
-    def trial_started(self, number, evaluation, budget, config):
-        self.say(f"trial {number} (evaluation {evaluation} of {budget}): "
+    def trial_started(self, name, evaluation, budget, config):
+        self.say(f"{name} (evaluation {evaluation} of {budget}): "
                  + " ".join(f"{k}={v}" for k, v in config.items()))
 
-    def stage(self, number, stage):
-        self.number, self.stage_name, self.stage_started, self.engine_line = number, stage, time.monotonic(), ""
-        self.say(f"trial {number}: {stage}")
+    def stage(self, name, stage):
+        self.name, self.stage_name, self.stage_started, self.engine_line = name, stage, time.monotonic(), ""
+        self.say(f"{name}: {stage}")
 
-    def level(self, number, level, metrics):
-        self.say(f"trial {number}: {format_level_line(level, metrics)}")
+    def level(self, name, level, metrics):
+        self.say(f"{name}: {format_level_line(level, metrics)}")
 
-    def trial_finished(self, number, summary, best):
-        self.number = None
-        self.say(f"  -> trial {number}: {summary}")
+    def trial_finished(self, name, summary, best):
+        self.name = None
+        self.say(f"  -> {name}: {summary}")
 
     def note(self, text):
         self.say(text, wrap=False)  # log lines as the engine wrote them
@@ -114,10 +114,10 @@ class LineEvents:
     def heartbeat(self) -> None:
         """A line when the running stage has been silent for OUTPUT.heartbeat_s."""
         now = time.monotonic()
-        if self.number is None or now - self.last_said < OUTPUT.heartbeat_s:
+        if self.name is None or now - self.last_said < OUTPUT.heartbeat_s:
             return
         engine = f"; engine log: {self.engine_line.strip()[:200]}" if self.engine_line.strip() else ""
-        self.say(f"trial {self.number}: {self.stage_name}, {now - self.stage_started:.0f}s{engine}")
+        self.say(f"{self.name}: {self.stage_name}, {now - self.stage_started:.0f}s{engine}")
 
 
 class EngineLines(logging.Handler):
@@ -154,21 +154,21 @@ class Both:
     def __init__(self, first, second):
         self.listeners = (first, second)
 
-    def trial_started(self, number, evaluation, budget, config):
+    def trial_started(self, name, evaluation, budget, config):
         for listener in self.listeners:
-            listener.trial_started(number, evaluation, budget, config)
+            listener.trial_started(name, evaluation, budget, config)
 
-    def stage(self, number, stage):
+    def stage(self, name, stage):
         for listener in self.listeners:
-            listener.stage(number, stage)
+            listener.stage(name, stage)
 
-    def level(self, number, level, metrics):
+    def level(self, name, level, metrics):
         for listener in self.listeners:
-            listener.level(number, level, metrics)
+            listener.level(name, level, metrics)
 
-    def trial_finished(self, number, summary, best):
+    def trial_finished(self, name, summary, best):
         for listener in self.listeners:
-            listener.trial_finished(number, summary, best)
+            listener.trial_finished(name, summary, best)
 
     def note(self, text):
         for listener in self.listeners:

@@ -114,13 +114,15 @@ def best(
     study: Optional[str] = STUDY_ARG,
     script: bool = typer.Option(False, "--script", help="Print a ready-to-run launch script."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object to stdout: trial, params, value, "
-                                 "ci_low, ci_high, validated, tied_with."),
+                                 "ci_low, ci_high, ci_source, validated, launches, tied_with (null: unknown), "
+                                 "tie_rule, why, noise_floor."),
     trial_number: Optional[int] = typer.Option(None, "--trial", help="This feasible trial instead of the best (e.g. a member of the Pareto front)."),
     storage: Optional[str] = STORAGE_OPT,
     results: Path = RESULTS_OPT,
 ) -> None:
     """The best feasible config of a study (as a launch script with --script); in the Pareto mode,
     the front."""
+    from sweeper.results.answer import build_answer, format_answer_lines
     from sweeper.results.ranking import best_ranked_trial
     from sweeper.search.trials import chosen_trial, is_pareto_study
     from sweeper.spec.hosts import HostSpec
@@ -145,8 +147,13 @@ def best(
             typer.echo(text, nl=False)
         elif is_pareto_study(optuna_study) and chosen is None:
             console.print(format_leaderboard_table(optuna_study, len(optuna_study.trials), feasible_only=True))
+        elif chosen is None and (answer := build_answer(optuna_study)) is not None:
+            winner, *more = format_answer_lines(answer)  # the study's answer: as the report and the script say it
+            console.print(f"{winner}  {answer.params}", highlight=False, markup=False)
+            for line in more:
+                console.print(line, highlight=False, markup=False)
         else:
-            trial = chosen or best_ranked_trial(optuna_study)  # rank 1: a validated finalist by its re-runs
+            trial = chosen or best_ranked_trial(optuna_study)
             console.print(f"trial {trial.number}: {', '.join(f'{v:.2f}' for v in trial.values)}  {trial.params}")
 
 

@@ -10,6 +10,7 @@ from collections import Counter
 import optuna
 
 from sweeper.levels import short_level
+from sweeper.results.answer import NOISE_FLOOR_ATTR, build_answer, format_noise_floor
 from sweeper.results.gap import build_study_gap
 from sweeper.search.trials import is_evaluation
 from sweeper.spec.hosts import HostSpec
@@ -44,12 +45,25 @@ def failures_by_kind(*studies: optuna.Study) -> dict[str, int]:
     return dict(counts.most_common())
 
 
+def _winner(study: optuna.Study) -> tuple[dict | None, list[int]]:
+    """The validated winner and the trials tied with it, as the study's answer names them
+    (results/answer.py: the campaign's verdict)."""
+    answer = build_answer(study)
+    if answer is None or not answer.validated:
+        return None, []
+    known = answer.ci_low is not None and answer.ci_high is not None
+    return {"trial": answer.trial, "params": answer.params, "mean": answer.value,
+            "ci95": (answer.ci_high - answer.ci_low) / 2 if known else None,
+            "runs": answer.launches + answer.failed_launches, "failed": answer.failed_launches}, answer.tied_with or []
+
+
 def build_campaign_summary(study: optuna.Study, validation: optuna.Study) -> dict:
     record = study.user_attrs.get("campaign") or {}
     phases = record.get("phases", {})
     verdict = phases.get("validate", {}).get("verdict") or {}
     rows = (study.user_attrs.get("validation") or {}).get("rows", [])
-    winner, runner = _row(rows, verdict.get("winner")), _row(rows, verdict.get("runner_up"))
+    runner = _row(rows, verdict.get("runner_up"))
+    winner, tied = _winner(study)
     params = {t.number: dict(t.params) for t in study.get_trials(deepcopy=False)}
     sweep_launches = sum(1 for t in study.get_trials(deepcopy=False) if is_evaluation(t))
     validation_launches = sum(1 for t in validation.get_trials(deepcopy=False) if is_evaluation(t))
@@ -66,9 +80,10 @@ def build_campaign_summary(study: optuna.Study, validation: optuna.Study) -> dic
                 "runs": row["runs"], "failed": row["failed"]}
 
     return {
-        "winner": config(winner), "runner_up": config(runner),
-        "separated": bool(verdict.get("separated")), "tie": bool(verdict.get("tie")),
-        "tied_with": verdict.get("tied_with", []), "p": verdict.get("p"), "why": verdict.get("reason"),
+        "winner": winner, "runner_up": config(runner),
+        "separated": bool(verdict.get("separated")) and not tied, "tie": bool(tied),
+        "tied_with": tied, "p": verdict.get("p"), "why": verdict.get("reason"),
+        "noise_floor": study.user_attrs.get(NOISE_FLOOR_ATTR),
         "launches": {"sweep": sweep_launches, "validation": validation_launches, "profile": profiled,
                      "total": sweep_launches + validation_launches + profiled},
         "failures": failures_by_kind(study, validation),
@@ -92,18 +107,21 @@ def format_summary_lines(summary: dict) -> list[str]:
     if w is None:
         lines.append("winner: none (every finalist failed on re-run)")
     else:
-        lines.append(f"winner: trial {w['trial']}, {summary['metric']} {w['mean']:.2f} ± {w['ci95']:.2f} "
-                     f"(95% CI, {w['runs'] - w['failed']} fresh runs): "
-                     + " ".join(f"{k}={v}" for k, v in w["params"].items()))
+        ci = "95% CI unknown" if w["ci95"] is None else f"± {w['ci95']:.2f} (95% CI"
+        lines.append(f"winner: trial {w['trial']}, {summary['metric']} {w['mean']:.2f} {ci}, "
+                     f"{w['runs'] - w['failed']} fresh runs): " + " ".join(f"{k}={v}" for k, v in w["params"].items()))
     if r is not None:
         p = f", Welch p = {summary['p']:.3g}" if summary["p"] is not None else ""
-        lines.append(f"runner-up: trial {r['trial']}, {r['mean']:.2f} ± {r['ci95']:.2f}{p}")
+        half = "(one run)" if r["ci95"] is None or r["ci95"] == float("inf") else f"± {r['ci95']:.2f}"
+        lines.append(f"runner-up: trial {r['trial']}, {r['mean']:.2f} {half}{p}")
     if summary["tie"]:
-        lines.append(f"TIE: trial {w['trial']} cannot be told apart from trial(s) "
-                     f"{', '.join(t.split()[-1] for t in summary['tied_with'])} ({summary['why']}); "
-                     "pick among them on other grounds")
+        tied = summary["tied_with"]
+        lines.append(f"TIE: trial {w['trial']} cannot be told apart from trial{'s' if len(tied) > 1 else ''} "
+                     f"{', '.join(map(str, tied))} ({summary['why']}); pick among them on other grounds")
     elif w is not None:
         lines.append(f"separated: yes ({summary['why']})")
+    if noise := format_noise_floor(summary.get("noise_floor")):
+        lines.append(noise)
     launches = summary["launches"]
     lines.append(f"launches: {launches['total']} ({launches['sweep']} sweep, {launches['validation']} validation, "
                  f"{launches['profile']} profile)")

@@ -30,7 +30,7 @@ _FIXED_DTYPES = {"rank": "Int64", "trial": "Int64", "duplicate_of": "Int64", "re
                  "rank_value": "float64", "duration_s": "float64",
                  "objective_2": "float64", "on_front": "boolean",  # these two: the Pareto mode
                  "ci_low": "float64", "ci_high": "float64", "precision_reached": "boolean",
-                 "tied_with_best": "boolean",
+                 "tied_with_best": "boolean", "validated": "boolean",
                  # a capacity study (max_load_within_slo): what each trial's search found
                  "capacity": "float64", "capacity_capped": "boolean", "capacity_first_failing": "float64"}
 _STRING_COLUMNS = {"state", "failure_stage", "failure_kind", "seed", "host", "ci_source", "tie_rule",

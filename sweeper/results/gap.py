@@ -14,7 +14,7 @@ from sweeper.levels import is_rate, level_key, short_level
 from sweeper.spec.space import Target
 from sweeper.results.leaderboard import study_levels
 from sweeper.results.ranking import best_ranked_trial
-from sweeper.search.stored import kernel_groups, objective_spec, stored_space, validated_winner
+from sweeper.search.stored import kernel_groups, objective_spec, stored_space
 
 HIGHER_IS_BETTER = {"output_throughput", "total_throughput", "request_throughput"}
 
@@ -133,9 +133,7 @@ def build_study_gap(study: optuna.Study) -> GapToTarget | None:
     space's target, its step split by the kernel groups of that config's stored profile; None
     without a target or a best."""
     space = stored_space(study)
-    winner = validated_winner(study)
-    best = (next((t for t in study.get_trials(deepcopy=False) if t.number == winner), None)
-            if winner is not None else best_ranked_trial(study))
+    best = best_ranked_trial(study)  # rank 1: the validated winner once re-validation ran
     if space is None or space.perf_target is None or best is None:
         return None
     return build_gap_to_target(space.perf_target, objective_spec(study).level, best.number,

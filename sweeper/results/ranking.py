@@ -19,7 +19,8 @@ from sweeper.search.confidence import Estimate, tie, trial_estimate
 from sweeper.search.stored import ObjectiveSpec, objective_spec
 
 # What ranked_frame adds to the leaderboard besides rank, rank_level and rank_value
-CONFIDENCE_COLUMNS = ("ci_low", "ci_high", "ci_source", "precision_reached", "tied_with_best", "tie_rule")
+CONFIDENCE_COLUMNS = ("ci_low", "ci_high", "ci_source", "validated", "precision_reached", "tied_with_best",
+                      "tie_rule")
 
 
 def rank_value(trial_levels: dict, feasible: bool, spec: ObjectiveSpec, capacity: dict | None = None) -> float:
@@ -51,8 +52,11 @@ def resolve_level(study: optuna.Study, value: int | float | str | None) -> Level
 
 def ranked_frame(study: optuna.Study, level: int | float | str | None = None, feasible_only: bool = False) -> pd.DataFrame:
     """The leaderboard with `rank` (1 = best; empty when a trial does not rank), `rank_level` and
-    `rank_value`, ranked trials first, then the rest by trial number. In the Pareto mode only
-    the front ranks, by its first objective (throughput)."""
+    `rank_value`, ranked trials first, then the rest by trial number. Validated configs (re-run on
+    fresh servers) rank first, by their re-runs' mean, the campaign's declared winner at #1; the
+    configs measured once in the sweep rank after them, by that value (`validated` false): a single
+    run never ranks above validated means. In the Pareto mode only the front ranks, by its first
+    objective (throughput)."""
     level = resolve_level(study, level)
     if is_pareto_study(study):
         return front_ranked_frame(study, level, feasible_only)
@@ -64,8 +68,11 @@ def ranked_frame(study: optuna.Study, level: int | float | str | None = None, fe
     frame = frame.assign(rank_level=spec.level, rank_value=[e.value if e else math.nan for e in estimates],
                          _estimate=estimates)
     key = -frame["rank_value"] if spec.maximize else frame["rank_value"]
-    frame = (frame.assign(_key=key).sort_values(["_key", "trial"], na_position="last")
-             .drop(columns="_key").reset_index(drop=True))
+    winner = verdict_winner(study, spec)
+    group = [2 if e is None else 0 if e.source == "validation" else 1 for e in estimates]
+    frame = (frame.assign(_group=group, _first=[0 if t == winner else 1 for t in frame["trial"]], _key=key)
+             .sort_values(["_group", "_first", "_key", "trial"], na_position="last")
+             .drop(columns=["_group", "_first", "_key"]).reset_index(drop=True))
     ranked = frame["rank_value"].notna()
     frame["rank"] = pd.array([i + 1 if r else None for i, r in enumerate(ranked)], dtype="Int64")
     frame = _with_verdict_ties(_with_confidence(frame, ties=True), study, spec)
@@ -74,17 +81,38 @@ def ranked_frame(study: optuna.Study, level: int | float | str | None = None, fe
     return frame
 
 
+def campaign_verdict(study: optuna.Study) -> dict | None:
+    """The verdict a campaign's validation stored with its rows (winner, tied_with, separated, p,
+    reason: search/validation.py plan_validation), or None (no campaign, or a later `validate`
+    replaced its rows)."""
+    return (study.user_attrs.get("validation") or {}).get("verdict") or None
+
+
+def verdict_winner(study: optuna.Study, spec: ObjectiveSpec) -> int | None:
+    """The trial the campaign's verdict declared the winner, where its re-runs rank here."""
+    verdict = campaign_verdict(study)
+    if not verdict or not verdict.get("winner") or not validation_rows(study, spec):
+        return None
+    return label_trial(verdict["winner"])
+
+
+def label_trial(label: str) -> int:
+    """The sweep trial a validation label ("trial 5") names."""
+    return int(label.split()[-1])
+
+
 def _with_verdict_ties(frame: pd.DataFrame, study: optuna.Study, spec: ObjectiveSpec) -> pd.DataFrame:
-    """Where a campaign's validation declared a tie, its tie set is the top's: a finalist it could
-    not separate from the winner (one re-run, or Welch p >= 0.05 when --max-repeats ran out) is
-    tied here too, so the summary, `best --json`, the leaderboard and the report say the same."""
-    verdict = (study.user_attrs.get("validation") or {}).get("verdict") or {}
-    if not verdict.get("tied_with") or frame.empty or not validation_rows(study, spec):
+    """Where a campaign's validation declared its verdict, its tie set is the top's: a finalist it
+    could not separate from the winner (one re-run, or Welch p >= 0.05 when --max-repeats ran out)
+    is tied, every other validated config is not, so the summary, `best`, the leaderboard, the
+    report and the launch script say the same."""
+    winner = verdict_winner(study, spec)
+    if winner is None or frame.empty or frame["trial"].iloc[0] != winner:
         return frame
-    if verdict.get("winner") != f"trial {frame['trial'].iloc[0]}":
-        return frame
-    tied = frame["trial"].isin({int(label.split()[-1]) for label in verdict["tied_with"]})
+    tied = frame["trial"].isin({label_trial(label) for label in campaign_verdict(study).get("tied_with") or []})
+    others = frame["validated"].astype(bool) & (frame.index > 0)
     frame["tied_with_best"] = frame["tied_with_best"].astype(object)
+    frame.loc[others, "tied_with_best"] = False
     frame.loc[tied, "tied_with_best"] = True
     frame.loc[tied & (frame["tie_rule"] == ""), "tie_rule"] = "campaign"
     return frame
@@ -130,15 +158,20 @@ def _estimates(study: optuna.Study, frame: pd.DataFrame, spec: ObjectiveSpec) ->
 
 def _with_confidence(frame: pd.DataFrame, ties: bool) -> pd.DataFrame:
     """The CI columns from the `_estimate` column (dropped), and with `ties` each ranked row's tie
-    with rank 1 (rank 1 itself is tied with itself: the rows marked true are the top's tie set)."""
+    with rank 1 (rank 1 itself is tied with itself: the rows marked true are the top's tie set).
+    When rank 1 is validated, a config measured only in the sweep has no tie with it (unknown):
+    its interval, if any, is of one launch, not of launch-to-launch noise."""
     estimates = list(frame["_estimate"])
     ranked_first = len(frame) > 0 and not pd.isna(frame["rank"].iloc[0])  # sorted: rank 1 is row 0
     first = estimates[0] if ties and ranked_first else None
-    verdicts = [tie(first, e) if first is not None and e is not None else None for e in estimates]
+    comparable = [e is not None and (first is None or first.source != "validation" or e.source == "validation")
+                  for e in estimates]
+    verdicts = [tie(first, e) if first is not None and ok else None for e, ok in zip(estimates, comparable)]
     return frame.drop(columns="_estimate").assign(
         ci_low=[e.low if e and e.known else math.nan for e in estimates],
         ci_high=[e.high if e and e.known else math.nan for e in estimates],
         ci_source=[e.source if e else "" for e in estimates],
+        validated=[e.source == "validation" if e else None for e in estimates],
         precision_reached=[e.precise if e and e.precise is not None else None for e in estimates],
         tied_with_best=[v.tied if v and v.tied is not None else None for v in verdicts],
         tie_rule=[v.rule if v and v.rule else "" for v in verdicts],

@@ -12,6 +12,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.levels import Level, level_key
+from sweeper.results.answer import Answer, build_answer
 from sweeper.results.gap import GapToTarget, build_study_gap
 from sweeper.results.importance import build_param_importances
 from sweeper.results.leaderboard import format_capacity, parameter_names, study_levels
@@ -85,6 +86,7 @@ class ReportData:
     pareto_objectives: list[ObjectiveSpec] = field(default_factory=list)
     campaign: dict | None = None  # the campaign's morning summary (results/campaign_summary.py)
     validation: dict | None = None  # the finalists re-measured on fresh servers: rows with 95% CIs
+    answer: Answer | None = None  # the study's winner, CI and tie, as `best` says them (results/answer.py)
 
     @property
     def pareto_axes(self) -> tuple[str, str]:
@@ -279,4 +281,5 @@ def build_report_data(study: optuna.Study, top: int = TOP_CONFIGS) -> ReportData
         serving_points=build_serving_points(study, frame, levels) if len(frame) else [],
         campaign=study.user_attrs.get("campaign_summary"),
         validation=study.user_attrs.get("validation"),
+        answer=build_answer(study) if len(frame) else None,
     )

@@ -10,6 +10,7 @@ from typing import Any
 
 from sweeper.levels import is_rate, short_level
 from sweeper.outcomes import CAPACITY_METRIC
+from sweeper.results.answer import format_noise_floor
 from sweeper.results.gap import GapToTarget, format_gap_lines
 from sweeper.results.report_data import PERCENTILES, ReportData, build_budget_by_strategy
 
@@ -59,16 +60,19 @@ def format_tie(config) -> str:
 
 
 def tie_sentence(data: ReportData) -> str:
-    """Whether the top is a tie, in words."""
-    if data.pareto_objectives:
+    """Whether the top is a tie, in words: the study's answer (results/answer.py), as `best` says it."""
+    if data.pareto_objectives or data.answer is None:
         return "The front's members trade throughput for latency; 95% CIs of the first objective."
-    tied = [c.trial for c in data.top if c.rank != 1 and c.tied_with_best]
-    if data.top[0].ci_low is None:
+    answer = data.answer
+    tied = answer.tied_with
+    if tied is None:
         return "The best value's 95% CI is unknown (a single measurement): ties cannot be told."
     if tied:
+        how = f": the campaign could not separate them ({answer.why})" if answer.why else " at 5%"
         return (f"The top is a tie: trial{'s' if len(tied) > 1 else ''} {', '.join(map(str, tied))} "
-                f"cannot be told apart from #1 (trial {data.top[0].trial}) at 5%.")
-    return f"No config shown is statistically tied with #1 (trial {data.top[0].trial}) at 5%."
+                f"cannot be told apart from #1 (trial {answer.trial}){how}.")
+    shown = "validated config" if answer.validated else "config shown"
+    return f"No {shown} is statistically tied with #1 (trial {answer.trial}) at 5%."
 
 
 def build_summary_section(data: ReportData) -> Section:
@@ -138,6 +142,8 @@ def build_top_section(data: ReportData) -> Section:
     table = Table(["rank", "trial", data.objective.name, "95% CI", "tied with #1",
                    *[f"{short_level(l)} tok/s" for l in levels], "config"], rows)
     paragraphs = [tie_sentence(data)] if data.top else ["No config has ranked yet."]
+    if data.top and (noise := format_noise_floor(data.answer.noise_floor if data.answer else None)):
+        paragraphs.append(f"{noise[0].upper()}{noise[1:]}.")
     return Section("throughput", "Throughput against concurrency (top configs)", paragraphs, [table],
                    figure="throughput")
 

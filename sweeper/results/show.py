@@ -10,6 +10,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from sweeper.results.answer import build_answer, format_answer_lines
 from sweeper.results.gap import build_study_gap, format_gap_lines
 from sweeper.search.trials import best_trial, is_evaluation
 from sweeper.results.leaderboard import format_values
@@ -26,12 +27,16 @@ def build_show_record(study: optuna.Study) -> dict:
     infeasible = Counter(infeasible_reason(t, reference, rejected) for t in trials
                          if t.state == TrialState.COMPLETE)
     infeasible.pop(None, None)
-    best = best_trial(study)
-    confidence = ranked_confidence(study)
     if is_pareto_study(study):
-        ranked = pareto_trials(study) if best else []
-    else:  # the ranked #1: a validated finalist ranks by its re-runs' mean
-        ranked = [trial_by_number(study, confidence[0]["trial"])] if confidence else []
+        confidence = ranked_confidence(study)
+        front = pareto_trials(study) if best_trial(study) else []
+        best = [{"trial": t.number, "values": list(t.values), "params": t.params,
+                 **_confidence_of(confidence, t.number)} for t in front]
+    else:  # the answer (results/answer.py): a validated finalist ranks by its re-runs' mean
+        answer = build_answer(study)
+        best = [] if answer is None else [{
+            "values": list(trial_by_number(study, answer.trial).values), **answer.as_record(),
+            "lines": format_answer_lines(answer)}]
     return {
         "study": study.study_name,
         "trials": len(trials),
@@ -40,9 +45,7 @@ def build_show_record(study: optuna.Study) -> dict:
         "by_state": dict(sorted(Counter(t.state.name for t in trials).items())),
         "not_ranked": dict(sorted(infeasible.items())),
         "pareto": is_pareto_study(study),
-        "best": [{"trial": t.number, "values": list(t.values), "params": t.params,
-                  **_confidence_of(confidence, t.number)}
-                 for t in ranked],
+        "best": best,
         "engine_warnings": list(study.user_attrs.get("engine_warnings") or []),
         "gap": build_study_gap(study),
         "running": [{"trial": t.number, "stage": t.user_attrs.get("stage", "?"), "host": t.user_attrs.get("host", "?"),
@@ -65,11 +68,10 @@ def format_show(study: optuna.Study) -> Group:
         lines += [Text(f"  trial {t.number}: {format_values(study, t)}, {t.params}") for t in ranked]
     elif ranked:
         first = record["best"][0]
-        lines.append(Text(f"best: trial {ranked[0].number}, {format_values(study, ranked[0])} "
-                          f"({format_ci(first['ci_low'], first['ci_high'], first['ci_source'])}), {ranked[0].params}"))
-        if first["tied_with"]:
-            lines.append(Text(f"tied with #1 ({first['tie_rule']}): trials {', '.join(map(str, first['tied_with']))}; "
-                              "the top is a tie", style="yellow"))
+        winner, tie, *noise = first["lines"]
+        lines.append(Text(f"best: {winner}, {ranked[0].params}"))
+        lines.append(Text(tie, style="yellow" if first["tied_with"] else ""))
+        lines += [Text(line) for line in noise]
     else:
         lines.append(Text("best: none feasible yet"))
     lines += [Text(f"engine: {warning}", style="yellow") for warning in record["engine_warnings"]]
@@ -96,33 +98,22 @@ def ranked_confidence(study: optuna.Study) -> list[dict]:
 
 
 def _confidence_of(confidence: list[dict], number: int) -> dict:
-    """One ranked trial's CI, and for #1 the trials tied with it (and by which rule)."""
-    row = next((r for r in confidence if r["trial"] == number), None)
-    if row is None:
-        return {"value": None, "ci_low": None, "ci_high": None, "ci_source": "none", "tied_with": [], "tie_rule": None}
-    tied = [r for r in confidence[1:] if r["tied_with_best"]] if confidence[0]["trial"] == number else []
-    return {"value": row["value"], "ci_low": row["ci_low"], "ci_high": row["ci_high"], "ci_source": row["ci_source"],
-            "tied_with": [r["trial"] for r in tied], "tie_rule": tied[0]["tie_rule"] if tied else None}
-
-
-def format_ci(low: float | None, high: float | None, source: str) -> str:
-    """'95% CI 1230.00-1250.00 (validation)', or that it is unknown."""
-    return "95% CI unknown" if low is None or high is None else f"95% CI {low:.2f}-{high:.2f} ({source})"
+    """A Pareto front member's CI of the first objective (the front trades: no ties)."""
+    row = next((r for r in confidence if r["trial"] == number), None) or {}
+    return {"value": row.get("value"), "ci_low": row.get("ci_low"), "ci_high": row.get("ci_high"),
+            "ci_source": row.get("ci_source", "none"), "tied_with": [], "tie_rule": None}
 
 
 def build_best_record(study: optuna.Study) -> dict | None:
-    """`best --json`: the ranked #1 with its 95% CI (once `validate` re-ran the finalists, their
-    means rank and give the CI; else the level's own CI where the measurement recorded one, else
-    none) and the trials statistically tied with it. None when nothing is feasible."""
+    """`best --json`: the study's answer (results/answer.py): rank 1 with its 95% CI, whether it
+    was validated, on how many fresh launches, and the trials tied with it (None: no statement
+    possible). In the Pareto mode the front's best throughput, no tie (the front trades). None when
+    nothing is feasible."""
     best = best_trial(study)
     if best is None:
         return None
-    confidence = [] if is_pareto_study(study) else ranked_confidence(study)
-    if not confidence:  # the Pareto mode: the front's best throughput, no tie (the front trades)
+    if is_pareto_study(study):
         return {"trial": best.number, "params": best.params, "value": best.values[0], "ci_low": None,
                 "ci_high": None, "validated": False, "tied_with": []}
-    first = confidence[0]
-    of = _confidence_of(confidence, first["trial"])
-    return {"trial": first["trial"], "params": trial_by_number(study, first["trial"]).params,
-            "value": first["value"], "ci_low": of["ci_low"], "ci_high": of["ci_high"],
-            "validated": first["ci_source"] == "validation", "tied_with": of["tied_with"]}
+    answer = build_answer(study)
+    return None if answer is None else answer.as_record()

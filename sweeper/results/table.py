@@ -35,10 +35,12 @@ def format_leaderboard_table(study: optuna.Study, top: int, level: int | float |
         table.add_column(f"{short_level(c)}\ntok/s", justify="right")
     table.add_column("config", overflow="fold", ratio=1)
     params = parameter_names(study)
+    validated = any(_flag(v) for v in frame["validated"])  # then a config measured once says so
     for _, row in frame.head(top).iterrows():
         config = " ".join(f"{p}={row[f'param_{p}']}" for p in params if row[f"param_{p}"] != "")
         value = format_capacity(row) if "capacity" in row.index else _fmt(row["rank_value"])
-        table.add_row(str(row["trial"]), _fmt(row["rank"]), format_result(row, short_level(spec.level)), value,
+        result = format_result(row, short_level(spec.level), validated)
+        table.add_row(str(row["trial"]), _fmt(row["rank"]), result, value,
                       format_ci_cell(row), *[_fmt(row[metric_column(c, "output_tok_s")]) for c in levels], config)
     return table
 
@@ -72,8 +74,9 @@ def _front_table(study: optuna.Study, frame: pd.DataFrame, top: int) -> Table:
     return table
 
 
-def format_result(row, level_name: str | None = None) -> str:
-    """The row's verdict; `level_name` (levels.short_level) names the level it ranks at."""
+def format_result(row, level_name: str | None = None, validated: bool = False) -> str:
+    """The row's verdict; `level_name` (levels.short_level) names the level it ranks at;
+    `validated`: the study has validated configs, so a ranked row without re-runs is marked."""
     if row["duplicate_of"] != "":
         return f"dup of {row['duplicate_of']}"
     if "on_front" in row.index and row["feasible"]:
@@ -86,6 +89,8 @@ def format_result(row, level_name: str | None = None) -> str:
             marks.append("[cyan]tied with #1[/]")
         if _flag(row.get("precision_reached")) is False:
             marks.append("[yellow]imprecise[/]")
+        if validated and _flag(row.get("validated")) is False:
+            marks.append("[dim]unvalidated[/]")
         return ", ".join(marks)
     return f"[red]{row['failure_kind'] or row['state'].lower()}[/]"
 

@@ -58,11 +58,14 @@ def sample_estimate(value: float, sd: float, n: int, source: str) -> Estimate:
 
 def validated_estimate(row: Mapping[str, Any]) -> Estimate | None:
     """A finalist's re-validation (a row of `summarize_finalists`: mean, ci95 over runs - failed
-    values); None when fewer than two runs succeeded."""
+    values); None when no run succeeded. One good run is a validated value with an unknown
+    interval: it ranks by that fresh launch (as the campaign's verdict does), never by its sweep value."""
     n = int(row.get("runs") or 0) - int(row.get("failed") or 0)
     mean, half = row.get("mean"), row.get("ci95")
-    if mean is None or half is None or n < 2 or not math.isfinite(half):
+    if mean is None or n < 1:
         return None
+    if n < 2 or half is None or not math.isfinite(half):
+        return Estimate(float(mean), source="validation", n=n)
     sd = half * math.sqrt(n) / t95(n - 1)  # the interval's own sample spread, for Welch
     return Estimate(float(mean), mean - half, mean + half, "validation", sd, n)
 

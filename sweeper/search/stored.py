@@ -86,19 +86,6 @@ def finds_capacity(study: optuna.Study) -> bool:
     return objective_specs(study)[0].metric == CAPACITY_METRIC
 
 
-def validated_winner(study: optuna.Study) -> int | None:
-    """The trial number re-validation declared the winner (the best mean over fresh runs), or None
-    before any validation (or in the Pareto mode, which has no single winner)."""
-    validation = study.user_attrs.get("validation") or {}
-    if validation.get("mode") == "pareto":
-        return None
-    winner = (validation.get("verdict") or {}).get("winner")
-    if winner is None:
-        rows = [r for r in validation.get("rows", []) if r.get("mean") is not None]
-        winner = rows[0]["config"] if rows else None
-    return int(str(winner).split()[-1]) if winner else None
-
-
 def kernel_groups(study: optuna.Study, trial: int) -> dict[str, float] | None:
     """{kernel group: share of GPU time} of the trial's stored profile (`sweeper profile` keeps it as
     `profile:<trial>`); a study's `kernel_profile` (set by hand) when the trial has none."""

@@ -105,10 +105,19 @@ def study_exists(storage: optuna.storages.BaseStorage, name: str) -> bool:
 # ---------------------------------------------------------------- events for the progress view
 
 class SweepEvents(Protocol):
-    def trial_started(self, number: int, evaluation: int, budget: int, config: dict) -> None: ...
-    def stage(self, number: int, stage: str) -> None: ...
-    def level(self, number: int, level: int, metrics: dict) -> None: ...
-    def trial_finished(self, number: int, summary: str, best: float | None) -> None: ...
+    """A run's progress; `name` is how a line names the trial (trial_title)."""
+
+    def trial_started(self, name: str, evaluation: int, budget: int, config: dict) -> None: ...
+    def stage(self, name: str, stage: str) -> None: ...
+    def level(self, name: str, level: int, metrics: dict) -> None: ...
+    def trial_finished(self, name: str, summary: str, best: float | None) -> None: ...
+
+
+def trial_title(trial: optuna.Trial | FrozenTrial) -> str:
+    """How progress lines name a trial: "trial 3"; a validation run by the sweep trial whose config
+    it re-measures ("sweep trial 5", its label), not by the validation study's own numbering."""
+    label = str(trial.user_attrs.get("label", ""))
+    return f"sweep {label}" if label.startswith("trial ") else f"trial {trial.number}"
 
 
 # ---------------------------------------------------------------- creating and loading
@@ -329,7 +338,7 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents,
             return _copy_duplicate(trial, duplicate)
         if not repeat and (reason := (study.user_attrs.get("warm_start") or {}).get("broken", {}).get(key)):
             return _skip_known_broken(trial, space, reason)
-        events.trial_started(trial.number, evaluations(study) + 1, handle.budget, config)
+        events.trial_started(trial_title(trial), evaluations(study) + 1, handle.budget, config)
         trial_dir = handle.dir / "trials" / str(trial.number)
         trial_dir.mkdir(parents=True, exist_ok=True)
         (trial_dir / "config.json").write_text(json.dumps(config, indent=2))
@@ -353,7 +362,7 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents,
             enqueue_retry(study, trial.number, trial.params, attrs)
             raise
         values = record_outcome(handle, trial, config, outcome, trial_dir)
-        events.trial_finished(trial.number, _summary(outcome, values), _best_value(study))
+        events.trial_finished(trial_title(trial), _summary(outcome, values), _best_value(study))
         if outcome.failure and outcome.failure.kind == FailureKind.ABANDONED:
             raise optuna.TrialPruned(outcome.failure.message)  # a partial result, recorded as such
         return values if space.is_pareto else values[0]
@@ -372,7 +381,7 @@ class TrialWatch:
 
     def on_stage(self, stage: str) -> None:
         self.trial.set_user_attr("stage", stage)
-        self.events.stage(self.trial.number, stage)
+        self.events.stage(trial_title(self.trial), stage)
 
     def on_intent(self, intent: LaunchIntent) -> None:
         self.trial.set_user_attr(INTENT_ATTR, build_intent_attr(intent, self.trial.number))
@@ -385,7 +394,7 @@ class TrialWatch:
     def on_level(self, level: Level, metrics: dict):
         """None to go on, or the Failure that abandons the rest of the ladder."""
         self.measured[level] = metrics
-        self.events.level(self.trial.number, level, metrics)
+        self.events.level(trial_title(self.trial), level, metrics)
         space, study = self.handle.space, self.handle.study
         if space.is_pareto:  # Optuna has no intermediate values in multi-objective studies
             return judge_level(space, level, metrics, None) or dominated_verdict(space, self.measured,

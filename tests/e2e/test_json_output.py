@@ -15,13 +15,16 @@ def test_show_and_best_print_json_before_and_after_validation(cli):
     assert "check_output/bad_output" in shown["not_ranked"]  # the garbage seed never ranks
     best = json.loads(cli.run("best", "j", "--json").stdout)
     assert best["trial"] == shown["best"][0]["trial"] and best["params"] == shown["best"][0]["params"]
-    assert best["validated"] is False and best["ci_low"] is None and best["tied_with"] == []
+    # one measurement, not re-validated: no tie statement is possible (null, not "no tie")
+    assert best["validated"] is False and best["ci_low"] is None and best["tied_with"] is None
 
     result = cli.run("validate", "j", "--top", "2", "--repeats", "2")
     assert result.returncode == 0, result.stderr
     best = json.loads(cli.run("best", "j", "--json").stdout)
     assert best["validated"] is True and best["ci_low"] <= best["value"] <= best["ci_high"]
-    assert set(best) == {"trial", "params", "value", "ci_low", "ci_high", "validated", "tied_with"}
+    assert set(best) == {"trial", "params", "value", "ci_low", "ci_high", "ci_source", "validated", "launches",
+                         "failed_launches", "tied_with", "tie_rule", "why", "noise_floor"}
+    assert isinstance(best["tied_with"], list) and best["launches"] >= 2 and best["noise_floor"] is None
     assert f"winner: trial {best['trial']} " in result.stdout
 
 

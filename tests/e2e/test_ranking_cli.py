@@ -56,10 +56,14 @@ def read_exports(cli, study):
 
 def check_ties_and_json(cli, study, table, ranked, samples):
     """tied_with_best is Welch's verdict (scipy, from each row's samples) against #1, and the
-    table, show --json and best --json name the same tied trials."""
+    table, show --json and best --json name the same tied trials. Against a validated #1 the tie
+    of a config measured only in the sweep is unknown (one launch's spread, not launch-to-launch)."""
     best = samples[int(ranked.loc[0, "trial"])]
     tied = []
     for _, row in ranked.iloc[1:].iterrows():
+        if (ranked.loc[0, "validated"] and not row["validated"]) or int(row["trial"]) not in samples:
+            assert pd.isna(row["tied_with_best"]), row  # unknown (or re-run once: its interval is)
+            continue
         mean, sd, n = samples[int(row["trial"])]
         p = stats.ttest_ind_from_stats(best[0], best[1], best[2], mean, sd, n, equal_var=False).pvalue
         assert bool(row["tied_with_best"]) == bool(p >= 0.05), (row["trial"], p)
@@ -105,9 +109,10 @@ def test_leaderboard_show_and_best_carry_cis_and_ties_before_and_after_validatio
         if value is not None:
             reruns.setdefault(int(label.split()[-1]), []).append(value)
     validated = ranked[ranked["ci_source"] == "validation"]
-    assert set(validated["trial"]) == {n for n, values in reruns.items() if len(values) >= 2} and len(validated) >= 1
-    for _, row in validated.iterrows():  # the re-runs' t interval; they rank by their mean
-        values = reruns[int(row["trial"])]
+    assert set(validated["trial"]) == set(reruns) and len(validated) >= 1
+    assert list(ranked["validated"]) == sorted(ranked["validated"], reverse=True)  # validated first
+    for _, row in validated[[len(reruns[int(t)]) >= 2 for t in validated["trial"]]].iterrows():
+        values = reruns[int(row["trial"])]  # the re-runs' t interval; they rank by their mean
         low, high = stats.t.interval(0.95, len(values) - 1, loc=sum(values) / len(values), scale=stats.sem(values))
         assert (row["ci_low"], row["ci_high"]) == (pytest.approx(low), pytest.approx(high))
         assert row["rank_value"] == pytest.approx(sum(values) / len(values))

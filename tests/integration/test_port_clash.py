@@ -29,18 +29,18 @@ DETOKENIZER = 235  # detokenizer_port = --port + 233 + 2 (sglang/srt/server_args
 
 
 class Events:
-    """The sweep's events; `on_launch(number)` runs as a trial's launch stage begins."""
+    """The sweep's events; `on_launch(name)` runs as a trial's launch stage begins ("trial 0")."""
 
-    def __init__(self, on_launch=lambda number: None):
+    def __init__(self, on_launch=lambda name: None):
         self.on_launch = on_launch
 
-    def trial_started(self, number, evaluation, budget, config): ...
-    def level(self, number, level, metrics): ...
-    def trial_finished(self, number, summary, best): ...
+    def trial_started(self, name, evaluation, budget, config): ...
+    def level(self, name, level, metrics): ...
+    def trial_finished(self, name, summary, best): ...
 
-    def stage(self, number, stage):
+    def stage(self, name, stage):
         if stage == "launch":
-            self.on_launch(number)
+            self.on_launch(name)
 
 
 @pytest.fixture
@@ -89,8 +89,8 @@ def test_the_preflight_steps_over_a_base_port_whose_internal_port_is_held(sweep)
 def test_a_port_taken_after_the_preflight_is_an_infra_fault_retried_on_another_port(sweep):
     held: list[socket.socket] = []
 
-    def take_detokenizer_port(number: int) -> None:
-        if number == 0:  # the preflight found it free; the engine's bind will not
+    def take_detokenizer_port(name: str) -> None:
+        if name == "trial 0":  # the preflight found it free; the engine's bind will not
             sock = socket.socket()
             sock.bind(("127.0.0.1", sweep.base + DETOKENIZER))
             sock.listen()

@@ -34,11 +34,16 @@ def test_a_validated_finalist_gets_scipys_t_interval_and_its_spread_back():
     assert estimate.sd == pytest.approx(statistics.stdev(A)) and estimate.n == 4 and estimate.source == "validation"
 
 
-def test_a_finalist_with_one_good_run_has_no_validated_interval():
+def test_a_finalist_with_one_good_run_is_validated_with_an_unknown_interval():
+    """It ranks by its fresh launch (as the campaign's verdict does), never by its sweep value."""
     row = summarize_finalists([Measured("trial 1", 10.0), Measured("trial 1", None)])[0]
-    assert validated_estimate(row) is None
-    level = {"output_throughput": 10.0, "valid": True}
-    assert trial_estimate(level, "output_throughput", row).source == "none"  # falls through to the level
+    estimate = validated_estimate(row)
+    assert (estimate.value, estimate.source, estimate.n, estimate.known) == (10.0, "validation", 1, False)
+    level = {"output_throughput": 99.0, "valid": True}
+    assert trial_estimate(level, "output_throughput", row).value == 10.0
+    failed = summarize_finalists([Measured("trial 1", None)])[0]
+    assert validated_estimate(failed) is None  # no run succeeded: the level's value, unvalidated
+    assert trial_estimate(level, "output_throughput", failed).source == "none"
 
 
 def test_validation_wins_over_the_level_and_keeps_its_precision_flag():
