@@ -92,8 +92,9 @@ def test_the_key_leaves_the_fingerprints_of_older_one_objective_studies_as_they_
 
     one = parse_space(BASE, "inline")
     before = {k: v for k, v in one.model_dump(mode="json").items() if k != "objectives"}
-    for key in ("request_rates", "arrival", "max_concurrency", "capacity_max_rate", "capacity_rate_resolution"):
-        before["workload"].pop(key)  # the open-loop keys, newer still, left out the same way
+    for key in ("request_rates", "arrival", "max_concurrency", "capacity_max_rate", "capacity_rate_resolution",
+                "measure", "ramp"):
+        before["workload"].pop(key)  # the open-loop and steady-level keys, newer still, left out the same way
     assert space_fingerprint(one) == hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:16]
     assert space_fingerprint(parse_space(PARETO, "inline")) != space_fingerprint(one)
 
