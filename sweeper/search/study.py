@@ -7,7 +7,7 @@ import os
 import socket
 import time
 import warnings
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Protocol
@@ -33,11 +33,11 @@ from sweeper.search.pareto import dominated_verdict
 from sweeper.search.reference import reference_samples, settle_reference as settle, use_reference_file
 from sweeper.search.record import constraint_values, judge_level, objective_values, outcome_attrs
 from sweeper.search.trials import best_trial, feasible_trials, is_evaluation, is_feasible
-from sweeper.fleet.leases import schema_lock
 from sweeper.results.provenance import engine_provenance
 from sweeper.redact import MASK, redact_env, redact_url
 from sweeper.search.local import ensure_proposed_by
 from sweeper.search.samplers import build_sampler
+from sweeper.search.storage import StorageBusy, open_storage
 from sweeper.search.stored import output_rejected, reference_text
 from sweeper.search.configs import config_key, suggest_config
 from sweeper.trial.pipeline import TrialContext, run_trial
@@ -58,26 +58,6 @@ def storage_url(results_dir: Path, study_name: str, storage: str | None) -> str:
         return storage
     path = (study_dir(results_dir, study_name) / "study.db").resolve()
     return f"sqlite:///{path}"
-
-
-def open_storage(url: str, heartbeat_s: float = 30, grace_s: float = 600,
-                 stale_callback: Callable | None = None) -> optuna.storages.RDBStorage:
-    """The study's RDB storage with heartbeats; `stale_callback` runs for each trial whose worker
-    stopped beating (sweeper/fleet/workers.py retries it)."""
-    engine_kwargs: dict[str, Any] = {}
-    if url.startswith("postgresql+psycopg:"):  # the driver of the `postgres` extra
-        import_optional("psycopg", "postgres", f"the storage {redact_url(url)}")
-    if url.startswith("sqlite"):
-        engine_kwargs = {"connect_args": {"timeout": 30}}
-    elif url.startswith("postgresql"):
-        engine_kwargs = {"pool_pre_ping": True}
-    try:
-        with warnings.catch_warnings(), schema_lock(url) if url.startswith("postgresql") else nullcontext():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_s,
-                                              grace_period=grace_s, heartbeat_stale_trial_callback=stale_callback)
-    except Exception as exc:  # sqlalchemy raises many kinds; all mean "cannot open this storage"
-        raise UserError(f"cannot open storage {redact_url(url)}: {exc}") from None
 
 
 def study_exists(storage: optuna.storages.BaseStorage, name: str) -> bool:
@@ -286,7 +266,8 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents,
                                    avoid_ports=frozenset(trial.user_attrs.get("avoid_ports", ())))
                 outcome = run_trial(ctx, config)
         except KeyboardInterrupt:
-            trial.set_user_attr("interrupted", True)  # the server was stopped by run_trial's finally
+            with suppress(StorageBusy):  # locked by another process: `resume` marks the trial instead
+                trial.set_user_attr("interrupted", True)  # the server was stopped by run_trial's finally
             raise
         except InfraError as exc:
             trial.set_user_attr("infra_error", str(exc))
@@ -312,7 +293,8 @@ class TrialWatch:
         self.measured: dict[Level, dict] = {}
 
     def on_stage(self, stage: str) -> None:
-        self.trial.set_user_attr("stage", stage)
+        with suppress(StorageBusy):  # what `show` displays; never a reason to skip a stage (the stop)
+            self.trial.set_user_attr("stage", stage)
         self.events.stage(self.trial.number, stage)
 
     def on_intent(self, intent: LaunchIntent) -> None:
