@@ -39,8 +39,9 @@ def _raise_or_hold(signum, frame) -> None:
 @contextmanager
 def signals_as_interrupt() -> Iterator[None]:
     """Within the block, each of SIGNALS raises KeyboardInterrupt in the main thread (held back
-    during storage calls)."""
-    previous = {s: signal.signal(s, _raise_or_hold) for s in SIGNALS}
+    during storage calls); one this process was started ignoring (nohup, a background job) stays
+    ignored."""
+    previous = {s: signal.signal(s, _raise_or_hold) for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN}
     try:
         yield
     finally:

@@ -7,10 +7,10 @@ import os
 import socket
 import time
 import warnings
-from contextlib import nullcontext, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Protocol
+from typing import Any, Callable, ContextManager, Iterator, Protocol
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -419,9 +419,10 @@ def run_sweep(handle: StudyHandle, host: Host, events: SweepEvents, sampler_seed
     if remaining <= 0:
         return
     # Duplicates and rule-excluded configs are free, so allow many more trials than evaluations.
-    study.optimize(make_objective(handle, host, events), n_trials=remaining * 20 + 20,
-                   timeout=time_budget_s, callbacks=[BudgetCallback(handle.budget)],
-                   catch=(InfraError,), gc_after_trial=False)
+    with interrupted_trials_failed(study):
+        study.optimize(make_objective(handle, host, events), n_trials=remaining * 20 + 20,
+                       timeout=time_budget_s, callbacks=[BudgetCallback(handle.budget)],
+                       catch=(InfraError,), gc_after_trial=False)
 
 
 def probe_gpu_model(host: Host) -> str:
@@ -476,8 +477,9 @@ def run_queue(handle: StudyHandle, host: Host, events: SweepEvents) -> None:
     study.set_user_attr("controller", controller_identity())
     waiting = len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
     if waiting:
-        study.optimize(make_objective(handle, host, events), n_trials=waiting, catch=(InfraError,),
-                       gc_after_trial=False)
+        with interrupted_trials_failed(study):
+            study.optimize(make_objective(handle, host, events), n_trials=waiting, catch=(InfraError,),
+                           gc_after_trial=False)
 
 
 def measured_runs(study: optuna.Study) -> list[tuple[str, float | None]]:
@@ -503,17 +505,38 @@ def queued_params(trial: FrozenTrial) -> dict:
     return dict(trial.params) or dict(trial.system_attrs.get("fixed_params") or {})
 
 
+def fail_running_trials(study: optuna.Study) -> list[int]:
+    """Mark the RUNNING trials interrupted and failed (a study with one controller: they are its
+    own, or a dead one's); their numbers."""
+    numbers = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        # Optuna has no public setter for another process's trial attrs; the storage API is stable.
+        study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
+        study.tell(t.number, state=TrialState.FAIL)
+        numbers.append(t.number)
+    return numbers
+
+
+@contextmanager
+def interrupted_trials_failed(study: optuna.Study) -> Iterator[None]:
+    """A Ctrl-C outside the objective (in the sampler within study.ask, in Optuna's bookkeeping)
+    leaves its trial RUNNING: mark it interrupted as the objective would have, as far as a
+    storage locked by another process allows (`resume` marks it otherwise)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        with suppress(StorageBusy):
+            fail_running_trials(study)
+        raise
+
+
 def recover_interrupted(study: optuna.Study, host: Host, grace_s: float) -> list[str]:
     """Stop servers left by a dead controller, mark its RUNNING trials failed, and queue every
     interrupted or infrastructure-failed trial for a re-run. Returns what was done."""
     # Every launch's intent is in the study before its spawn: a server is found by its run token
     # whatever the moment its controller died (one scan of the host for all of them).
     notes = stop_leftover_servers(host, study.get_trials(deepcopy=False), grace_s)
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        # Optuna has no public setter for another process's trial attrs; the storage API is stable.
-        study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
-        study.tell(t.number, state=TrialState.FAIL)
-        notes.append(f"trial {t.number} was interrupted: marked failed")
+    notes += [f"trial {n} was interrupted: marked failed" for n in fail_running_trials(study)]
     already = {t.user_attrs.get("retry_of") for t in study.get_trials(deepcopy=False)}
     for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
         interrupted = t.user_attrs.get("interrupted")

@@ -1,0 +1,157 @@
+"""Ctrl-C a sweep while readers poll its SQLite study and busy loops take the CPU (issue 32).
+
+Each run: `sweeper sweep` of the tiny simulator space in a scratch folder, READERS processes of
+`sweeper show --watch --interval 0.2` on its study, BUSY processes spinning on the cores; once a
+trial is in its load stage (its levels are being recorded), a SIGINT at the first write of the
+study after a random moment within SPREAD seconds (or SPREAD seconds later if none comes). A run fails when the sweep does not end with 130 within the bound (the space's stop
+grace of 5 s + 10 s), its stderr shows a storage error (a dead heartbeat thread, "database is
+locked"), or a trial is still RUNNING in the study after it ended. (Optuna's warnings with the
+tracebacks of failed trials, the KeyboardInterrupt's among them, are expected there.)
+
+    bench/storage_contention.py --runs 100 [--readers 8] [--busy 2] [--root /tmp/old32]
+
+`--root`: the checkout whose sweeper runs (an old commit's worktree, to measure before a fix).
+Prints one JSON line per run, then the failure count; numbers in bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(HERE))
+
+from tests.support.spaces import TINY_SPACE  # noqa: E402
+
+STOP_GRACE_S = 5  # the tiny space's launch.stop_grace_s
+BOUND_S = STOP_GRACE_S + 10
+# Enough budget that the sweep is still running when the signal comes.
+SPACE = TINY_SPACE.replace("budget: {trials: 5}", "budget: {trials: 40}")
+
+
+def start(root: Path, work: Path, *args: str, stderr=subprocess.DEVNULL) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(root), "COLUMNS": "200"}
+    return subprocess.Popen([sys.executable, "-m", "sweeper.cli", *args], cwd=work, env=env,
+                            stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
+
+
+def in_load_stage(study_dir: Path) -> bool:
+    return any(t.joinpath("samples").exists() and not t.joinpath("outcome.json").exists()
+               for t in study_dir.glob("trials/*"))
+
+
+def wait_until(predicate, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def wait_for_a_write(db: Path, timeout_s: float) -> bool:
+    """Until the sweep writes its study: a rollback journal exists (a write transaction is open)
+    or the WAL file changed (one just committed; a trial's records come several in a row)."""
+    journal, wal = db.with_name(db.name + "-journal"), db.with_name(db.name + "-wal")
+
+    def wal_stamp():
+        try:
+            stat = wal.stat()
+            return stat.st_mtime_ns, stat.st_size
+        except FileNotFoundError:
+            return None
+
+    before = wal_stamp()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if journal.exists() or wal_stamp() != before:
+            return True
+        time.sleep(0.001)
+    return False
+
+
+def running_trials(db: Path) -> int:
+    with sqlite3.connect(db, timeout=60) as conn:
+        return conn.execute("SELECT count(*) FROM trials WHERE state = 'RUNNING'").fetchone()[0]
+
+
+def one_run(root: Path, readers: int, busy: int, spread_s: float, rng: random.Random) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="contention-"))
+    (work / "hosts.yaml").write_text((root / "hosts.yaml").read_text())
+    (work / "tiny.yaml").write_text(SPACE)
+    study_dir = work / "results" / "c"
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
+    sweep = start(root, work, "sweep", "tiny.yaml", "--study", "c", stderr=(work / "sweep.err").open("w"))
+    watchers: list[subprocess.Popen] = []
+    record: dict = {"work": str(work)}
+    try:
+        wait_until(lambda: (study_dir / "study.db").exists(), 60)
+        watchers = [start(root, work, "show", "c", "--watch", "--interval", "0.2") for _ in range(readers)]
+        if not wait_until(lambda: in_load_stage(study_dir), 120):
+            return {**record, "fail": True, "why": "no trial reached its load stage"}
+        time.sleep(rng.uniform(0, spread_s))
+        record["at_write"] = wait_for_a_write(study_dir / "study.db", spread_s)
+        sent = time.monotonic()
+        os.kill(sweep.pid, signal.SIGINT)
+        try:
+            record["rc"] = sweep.wait(60)
+        except subprocess.TimeoutExpired:
+            record["rc"] = None
+        record["took_s"] = round(time.monotonic() - sent, 1)
+    finally:
+        for proc in watchers:
+            proc.send_signal(signal.SIGINT)
+        for proc in spinners:
+            proc.kill()
+        for proc in [*watchers, *spinners]:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        if sweep.poll() is None:
+            os.killpg(sweep.pid, signal.SIGKILL)
+            sweep.wait()
+    stderr = (work / "sweep.err").read_text()
+    record["heartbeat_died"] = "_record_heartbeat" in stderr
+    record["locked"] = "database is locked" in stderr
+    record["storage_error"] = any(s in stderr for s in ("OperationalError", "StorageInternalError", "StorageBusy"))
+    record["running_after"] = running_trials(study_dir / "study.db")
+    record["fail"] = bool(record["rc"] != 130 or record["took_s"] > BOUND_S or record["heartbeat_died"]
+                          or record["storage_error"] or record["running_after"])
+    return record
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--readers", type=int, default=8)
+    parser.add_argument("--busy", type=int, default=2)
+    parser.add_argument("--spread", type=float, default=3.0, help="seconds over which the SIGINT moment is drawn")
+    parser.add_argument("--root", type=Path, default=HERE, help="the checkout whose sweeper runs")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    # Started in the background by a shell, this process ignores SIGINT and so would every sweep it
+    # starts (an ignored signal is inherited): a handled one is reset to the default in a child.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    rng = random.Random(args.seed)
+    failures = 0
+    for n in range(args.runs):
+        record = one_run(args.root.resolve(), args.readers, args.busy, args.spread, rng)
+        failures += record["fail"]
+        print(json.dumps({"run": n, **record}), flush=True)
+    print(f"{failures} of {args.runs} runs failed (readers {args.readers}, busy loops {args.busy}, "
+          f"root {args.root})", flush=True)
+
+
+if __name__ == "__main__":
+    main()
