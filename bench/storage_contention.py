@@ -1,14 +1,18 @@
 """Ctrl-C a sweep while readers poll its SQLite study and busy loops take the CPU (issue 32).
 
-Each run: `sweeper sweep` of the tiny simulator space in a scratch folder, READERS processes of
-`sweeper show --watch --interval 0.2` on its study, BUSY processes spinning on the cores; once a
-trial is in its load stage (its levels are being recorded), a SIGINT at the first write of the
-study after a random moment within SPREAD seconds (or SPREAD seconds later if none comes). A run fails when the sweep does not end with 130 within the bound (the space's stop
-grace of 5 s + 10 s), its stderr shows a storage error (a dead heartbeat thread, "database is
-locked"), or a trial is still RUNNING in the study after it ended. (Optuna's warnings with the
-tracebacks of failed trials, the KeyboardInterrupt's among them, are expected there.)
+Each run: READERS processes of `sweeper show --watch --interval 0.2` on the study, BUSY processes
+spinning on the cores, and a SIGINT to
+- `--mode storage` (default): the sweep's storage traffic alone (STORAGE_CHILD below: trials
+  recording a stage and a level every few ms, heartbeats every 0.2 s), at a random moment within
+  SPREAD s of its start; bound 10 s;
+- `--mode sweep`: `sweeper sweep` of the tiny simulator space, once a trial is in its load stage,
+  at the first write of the study after a random moment within SPREAD s; bound: the space's stop
+  grace of 5 s + 10 s.
+A run fails when the process does not end with 130 within the bound, its stderr shows a storage
+error (a dead heartbeat thread, "database is locked"), or a trial is still RUNNING in the study
+after it ended. (Optuna's warnings with the tracebacks of failed trials are expected there.)
 
-    bench/storage_contention.py --runs 100 [--readers 8] [--busy 2] [--root /tmp/old32]
+    bench/storage_contention.py --runs 100 [--mode storage|sweep] [--readers 8] [--busy 2] [--root /tmp/old32]
 
 `--root`: the checkout whose sweeper runs (an old commit's worktree, to measure before a fix).
 Prints one JSON line per run, then the failure count; numbers in bench/README.md.
@@ -121,12 +125,89 @@ def one_run(root: Path, readers: int, busy: int, spread_s: float, rng: random.Ra
         if sweep.poll() is None:
             os.killpg(sweep.pid, signal.SIGKILL)
             sweep.wait()
-    stderr = (work / "sweep.err").read_text()
+    return judge(record, (work / "sweep.err").read_text(), study_dir / "study.db", BOUND_S)
+
+
+# The sweep's storage traffic without the servers: trials of a stand-in objective that records a
+# stage and a level back to back (what a trial's TrialWatch does, far more often), the storage's
+# heartbeat every 0.2 s, a Ctrl-C recording the trial interrupted, all as run_sweep does at the
+# checkout under test (it wraps study.optimize in interrupted_trials_failed where it has it).
+STORAGE_CHILD = """
+import contextlib, sys, time, optuna
+from sweeper.cli.common import interrupts_as_keyboard
+from sweeper.search import study as sweeper_study
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+storage = sweeper_study.open_storage(sys.argv[1], heartbeat_s=0.2)
+study = optuna.load_study(study_name="c", storage=storage)
+
+def objective(trial):
+    try:
+        for n in range(20):
+            trial.set_user_attr("stage", f"load {n}")
+            trial.report(float(n), step=n)
+        return 1.0
+    except KeyboardInterrupt:
+        trial.set_user_attr("interrupted", True)
+        raise
+
+guard = getattr(sweeper_study, "interrupted_trials_failed", lambda study: contextlib.nullcontext())
+try:
+    with interrupts_as_keyboard(), guard(study):
+        open(sys.argv[2], "w").close()
+        study.optimize(objective, n_trials=100000)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def one_storage_run(root: Path, readers: int, busy: int, spread_s: float, rng: random.Random) -> dict:
+    """Ctrl-C the stand-in at a random moment within SPREAD seconds of its first trial."""
+    work = Path(tempfile.mkdtemp(prefix="contention-"))
+    db = work / "results" / "c" / "study.db"
+    db.parent.mkdir(parents=True)
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    subprocess.run([sys.executable, "-c", "import sys, optuna; from sweeper.search.study import open_storage; "
+                    "optuna.create_study(study_name='c', storage=open_storage(sys.argv[1]))", f"sqlite:///{db}"],
+                   env=env, check=True, cwd=work)
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
+    watchers = [start(root, work, "show", "c", "--watch", "--interval", "0.2") for _ in range(readers)]
+    ready = work / "ready"
+    child = subprocess.Popen([sys.executable, "-c", STORAGE_CHILD, f"sqlite:///{db}", str(ready)], env=env, cwd=work,
+                             stdout=subprocess.DEVNULL, stderr=(work / "sweep.err").open("w"))
+    record: dict = {"work": str(work)}
+    try:
+        if not wait_until(ready.exists, 120):
+            return {**record, "fail": True, "why": "the stand-in never started"}
+        time.sleep(rng.uniform(0, spread_s))
+        sent = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        try:
+            record["rc"] = child.wait(60)
+        except subprocess.TimeoutExpired:
+            record["rc"] = None
+        record["took_s"] = round(time.monotonic() - sent, 1)
+    finally:
+        for proc in watchers:
+            proc.send_signal(signal.SIGINT)
+        for proc in spinners:
+            proc.kill()
+        for proc in [*watchers, *spinners]:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    return judge(record, (work / "sweep.err").read_text(), db, bound_s=10)
+
+
+def judge(record: dict, stderr: str, db: Path, bound_s: float) -> dict:
     record["heartbeat_died"] = "_record_heartbeat" in stderr
     record["locked"] = "database is locked" in stderr
     record["storage_error"] = any(s in stderr for s in ("OperationalError", "StorageInternalError", "StorageBusy"))
-    record["running_after"] = running_trials(study_dir / "study.db")
-    record["fail"] = bool(record["rc"] != 130 or record["took_s"] > BOUND_S or record["heartbeat_died"]
+    record["running_after"] = running_trials(db)
+    record["fail"] = bool(record["rc"] != 130 or record["took_s"] > bound_s or record["heartbeat_died"]
                           or record["storage_error"] or record["running_after"])
     return record
 
@@ -139,6 +220,8 @@ def main() -> None:
     parser.add_argument("--spread", type=float, default=3.0, help="seconds over which the SIGINT moment is drawn")
     parser.add_argument("--root", type=Path, default=HERE, help="the checkout whose sweeper runs")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--mode", choices=("sweep", "storage"), default="storage",
+                        help="sweep: `sweeper sweep` of the simulator; storage: its storage traffic alone")
     args = parser.parse_args()
     # Started in the background by a shell, this process ignores SIGINT and so would every sweep it
     # starts (an ignored signal is inherited): a handled one is reset to the default in a child.
@@ -146,11 +229,12 @@ def main() -> None:
     rng = random.Random(args.seed)
     failures = 0
     for n in range(args.runs):
-        record = one_run(args.root.resolve(), args.readers, args.busy, args.spread, rng)
+        run = one_run if args.mode == "sweep" else one_storage_run
+        record = run(args.root.resolve(), args.readers, args.busy, args.spread, rng)
         failures += record["fail"]
         print(json.dumps({"run": n, **record}), flush=True)
-    print(f"{failures} of {args.runs} runs failed (readers {args.readers}, busy loops {args.busy}, "
-          f"root {args.root})", flush=True)
+    print(f"{failures} of {args.runs} runs failed (mode {args.mode}, readers {args.readers}, busy loops "
+          f"{args.busy}, root {args.root})", flush=True)
 
 
 if __name__ == "__main__":
