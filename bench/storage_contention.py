@@ -1,7 +1,7 @@
 """Ctrl-C a sweep while readers poll its SQLite study and busy loops take the CPU (issue 32).
 
-Each run: READERS processes of `sweeper show --watch --interval 0.2` on the study, BUSY processes
-spinning on the cores, and a SIGINT to
+READERS processes reading the study as `sweeper show --watch --interval 0.2` does, BUSY processes
+spinning on the cores, and each run a SIGINT to
 - `--mode storage` (default): the sweep's storage traffic alone (STORAGE_CHILD below: trials
   recording a stage and a level every few ms, heartbeats every 0.2 s), at a random moment within
   SPREAD s of its start; bound 10 s;
@@ -138,7 +138,7 @@ from sweeper.cli.common import interrupts_as_keyboard
 from sweeper.search import study as sweeper_study
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 storage = sweeper_study.open_storage(sys.argv[1], heartbeat_s=0.2)
-study = optuna.load_study(study_name="c", storage=storage)
+study = optuna.create_study(study_name="c", storage=storage)
 
 def objective(trial):
     try:
@@ -160,46 +160,72 @@ except KeyboardInterrupt:
 """
 
 
-def one_storage_run(root: Path, readers: int, busy: int, spread_s: float, rng: random.Random) -> dict:
-    """Ctrl-C the stand-in at a random moment within SPREAD seconds of its first trial."""
-    work = Path(tempfile.mkdtemp(prefix="contention-"))
-    db = work / "results" / "c" / "study.db"
-    db.parent.mkdir(parents=True)
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    subprocess.run([sys.executable, "-c", "import sys, optuna; from sweeper.search.study import open_storage; "
-                    "optuna.create_study(study_name='c', storage=open_storage(sys.argv[1]))", f"sqlite:///{db}"],
-                   env=env, check=True, cwd=work)
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
-    watchers = [start(root, work, "show", "c", "--watch", "--interval", "0.2") for _ in range(readers)]
-    ready = work / "ready"
-    child = subprocess.Popen([sys.executable, "-c", STORAGE_CHILD, f"sqlite:///{db}", str(ready)], env=env, cwd=work,
-                             stdout=subprocess.DEVNULL, stderr=(work / "sweep.err").open("w"))
-    record: dict = {"work": str(work)}
+# A `sweeper show` of the current run's study every 0.2 s (the code of `show --watch`, kept running
+# across runs: it follows the URL in the pointer file).
+READER = """
+import sys, time, optuna
+from pathlib import Path
+from sweeper.results.show import build_show_record
+from sweeper.search import study as sweeper_study
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+pointer, url = Path(sys.argv[1]), None
+while True:
     try:
-        if not wait_until(ready.exists, 120):
-            return {**record, "fail": True, "why": "the stand-in never started"}
-        time.sleep(rng.uniform(0, spread_s))
-        sent = time.monotonic()
-        child.send_signal(signal.SIGINT)
-        try:
-            record["rc"] = child.wait(60)
-        except subprocess.TimeoutExpired:
-            record["rc"] = None
-        record["took_s"] = round(time.monotonic() - sent, 1)
-    finally:
-        for proc in watchers:
-            proc.send_signal(signal.SIGINT)
-        for proc in spinners:
+        if pointer.read_text() != url:
+            url = pointer.read_text()
+            storage = sweeper_study.open_storage(url)
+        build_show_record(optuna.load_study(study_name="c", storage=storage))
+    except Exception:
+        pass  # between runs: the next study does not exist yet
+    time.sleep(0.2)
+"""
+
+
+class StorageLoad:
+    """The readers and busy loops of `--mode storage`, started once for all its runs."""
+
+    def __init__(self, root: Path, readers: int, busy: int):
+        self.root, self.base = root, Path(tempfile.mkdtemp(prefix="contention-"))
+        self.pointer = self.base / "current"
+        self.pointer.write_text("")
+        env = {**os.environ, "PYTHONPATH": str(root)}
+        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
+        self.procs += [subprocess.Popen([sys.executable, "-c", READER, str(self.pointer)], env=env,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                       for _ in range(readers)]
+
+    def close(self) -> None:
+        for proc in self.procs:
             proc.kill()
-        for proc in [*watchers, *spinners]:
+            proc.wait()
+
+    def run(self, n: int, spread_s: float, rng: random.Random) -> dict:
+        """Ctrl-C the stand-in at a random moment within SPREAD seconds of its first trial."""
+        work = self.base / str(n)
+        db = work / "study.db"
+        work.mkdir()
+        self.pointer.write_text(f"sqlite:///{db}")
+        ready = work / "ready"
+        child = subprocess.Popen([sys.executable, "-c", STORAGE_CHILD, f"sqlite:///{db}", str(ready)],
+                                 env={**os.environ, "PYTHONPATH": str(self.root)}, cwd=work,
+                                 stdout=subprocess.DEVNULL, stderr=(work / "sweep.err").open("w"))
+        record: dict = {"work": str(work)}
+        try:
+            if not wait_until(ready.exists, 120):
+                return {**record, "fail": True, "why": "the stand-in never started"}
+            time.sleep(rng.uniform(0, spread_s))
+            sent = time.monotonic()
+            child.send_signal(signal.SIGINT)
             try:
-                proc.wait(30)
+                record["rc"] = child.wait(60)
             except subprocess.TimeoutExpired:
-                proc.kill()
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-    return judge(record, (work / "sweep.err").read_text(), db, bound_s=10)
+                record["rc"] = None
+            record["took_s"] = round(time.monotonic() - sent, 1)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        return judge(record, (work / "sweep.err").read_text(), db, bound_s=10)
 
 
 def judge(record: dict, stderr: str, db: Path, bound_s: float) -> dict:
@@ -228,11 +254,16 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     rng = random.Random(args.seed)
     failures = 0
-    for n in range(args.runs):
-        run = one_run if args.mode == "sweep" else one_storage_run
-        record = run(args.root.resolve(), args.readers, args.busy, args.spread, rng)
-        failures += record["fail"]
-        print(json.dumps({"run": n, **record}), flush=True)
+    load = StorageLoad(args.root.resolve(), args.readers, args.busy) if args.mode == "storage" else None
+    try:
+        for n in range(args.runs):
+            record = (load.run(n, args.spread, rng) if load else
+                      one_run(args.root.resolve(), args.readers, args.busy, args.spread, rng))
+            failures += record["fail"]
+            print(json.dumps({"run": n, **record}), flush=True)
+    finally:
+        if load:
+            load.close()
     print(f"{failures} of {args.runs} runs failed (mode {args.mode}, readers {args.readers}, busy loops "
           f"{args.busy}, root {args.root})", flush=True)
 
