@@ -62,9 +62,30 @@ def held_interrupts() -> Iterator[None]:
         yield
     finally:
         _STATE.held -= 1
-        if not _STATE.held and _STATE.pending:
-            _STATE.pending, _STATE.stopping = False, True
-            raise KeyboardInterrupt
+        if not _STATE.held:
+            _raise_pending()
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """Undo held_interrupts for the block (a held signal is raised on entry): a trial's own code
+    within Optuna's study.optimize, which holds signals everywhere else (its tell, the sampler),
+    where a KeyboardInterrupt would cut its bookkeeping short."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved, _STATE.held = _STATE.held, 0
+    try:
+        _raise_pending()
+        yield
+    finally:
+        _STATE.held = saved
+
+
+def _raise_pending() -> None:
+    if _STATE.pending:
+        _STATE.pending, _STATE.stopping = False, True
+        raise KeyboardInterrupt
 
 
 def stopping() -> bool:

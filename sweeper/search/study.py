@@ -38,6 +38,7 @@ from sweeper.redact import MASK, redact_env, redact_url
 from sweeper.search.local import ensure_proposed_by
 from sweeper.search.samplers import build_sampler
 from sweeper.search.storage import StorageBusy, open_storage
+from sweeper.interrupts import held_interrupts, interruptible
 from sweeper.search.stored import output_rejected, reference_text
 from sweeper.search.configs import config_key, suggest_config
 from sweeper.trial.pipeline import TrialContext, run_trial
@@ -239,6 +240,10 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents,
     use_reference_file(study, space, handle.dir, Path(space_path).parent if space_path else None)
 
     def objective(trial: optuna.Trial) -> float | list[float]:
+        with interruptible():
+            return run_one(trial)
+
+    def run_one(trial: optuna.Trial) -> float | list[float]:
         config = suggest_config(trial, space)
         key = config_key(config)
         trial.set_user_attr("config_key", key)
@@ -519,11 +524,15 @@ def fail_running_trials(study: optuna.Study) -> list[int]:
 
 @contextmanager
 def interrupted_trials_failed(study: optuna.Study) -> Iterator[None]:
-    """A Ctrl-C outside the objective (in the sampler within study.ask, in Optuna's bookkeeping)
-    leaves its trial RUNNING: mark it interrupted as the objective would have, as far as a
-    storage locked by another process allows (`resume` marks it otherwise)."""
+    """Around study.optimize: a signal is held outside the objective (make_objective's is
+    interruptible), since a KeyboardInterrupt within Optuna's ask or tell leaves the trial RUNNING
+    or crashes Optuna's bookkeeping (UnboundLocalError); held, it is raised as the next objective
+    starts (Optuna records that trial failed) or when optimize returns. A trial still RUNNING then
+    is marked interrupted, as far as a storage locked by another process allows (`resume` marks
+    it otherwise)."""
     try:
-        yield
+        with held_interrupts():
+            yield
     except KeyboardInterrupt:
         with suppress(StorageBusy):
             fail_running_trials(study)
