@@ -38,7 +38,7 @@ from sweeper.redact import MASK, redact_env, redact_url
 from sweeper.search.local import ensure_proposed_by
 from sweeper.search.samplers import build_sampler
 from sweeper.search.storage import StorageBusy, open_storage
-from sweeper.interrupts import held_interrupts, interruptible
+from sweeper.interrupts import held_interrupts, interruptible, stopping
 from sweeper.search.stored import output_rejected, reference_text
 from sweeper.search.configs import config_key, suggest_config
 from sweeper.trial.pipeline import TrialContext, run_trial
@@ -537,6 +537,10 @@ def interrupted_trials_failed(study: optuna.Study) -> Iterator[None]:
         with suppress(StorageBusy):
             fail_running_trials(study)
         raise
+    except Exception as exc:  # Optuna's tell of the interrupted trial failed on a locked storage
+        if not stopping():
+            raise
+        raise StorageBusy(f"the interrupted trial is left RUNNING for `sweeper resume` ({exc})") from exc
 
 
 def recover_interrupted(study: optuna.Study, host: Host, grace_s: float) -> list[str]:
