@@ -170,7 +170,7 @@ def test_ctrl_c_while_another_process_holds_the_study_ends_within_the_bound_and_
     cli.run("leaderboard", "h1", "--csv", "h1.csv")
     frame = pd.read_csv(cli.workdir / "h1.csv")
     assert "RUNNING" not in set(frame["state"])
-    interrupted = frame[frame["state"] == "FAIL"]
-    assert len(interrupted) >= 1
-    assert set(interrupted["trial"]) <= set(frame["retry_of"].dropna().astype(int))
+    # the trial running at Ctrl-C (the one in its load stage above, or a later one: with WAL the
+    # sweep went on recording) is FAIL, marked by the sweep or by resume, and queued again
+    assert set(frame.loc[frame["state"] == "FAIL", "trial"]) & set(frame["retry_of"].dropna().astype(int))
     print(f"{holder}: ended {took:.1f} s after Ctrl-C")

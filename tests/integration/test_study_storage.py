@@ -64,7 +64,8 @@ def held_sqlite(path, begin: str, seconds: float | None = None):
 def test_a_ctrl_c_during_storage_writes_never_leaves_the_file_locked(tmp_path):
     """Before the fix a SIGINT landing inside SQLAlchemy's commit left the pooled connection's
     transaction open: the file stayed write-locked for the rest of the process (after 2 to 20
-    interrupts in a plain loop, at 84 under pytest with a benchmark beside it), so the sweep's own next writes and its heartbeat timed out."""
+    interrupts in a plain loop, at 84 under pytest with a benchmark beside it), so the sweep's
+    own next writes and its heartbeat timed out."""
     path = tmp_path / "study.db"
     _, _, trial = new_trial(f"sqlite:///{path}")
     rng = random.Random(0)
