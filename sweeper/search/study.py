@@ -240,8 +240,13 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents,
     use_reference_file(study, space, handle.dir, Path(space_path).parent if space_path else None)
 
     def objective(trial: optuna.Trial) -> float | list[float]:
-        with interruptible():
-            return run_one(trial)
+        try:
+            with interruptible():  # a Ctrl-C held since Optuna's ask is raised here
+                return run_one(trial)
+        except KeyboardInterrupt:
+            with suppress(StorageBusy):  # locked by another process: `resume` marks the trial instead
+                trial.set_user_attr("interrupted", True)  # the server was stopped by run_trial's finally
+            raise
 
     def run_one(trial: optuna.Trial) -> float | list[float]:
         config = suggest_config(trial, space)
@@ -270,10 +275,6 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents,
                                    known_flags=known_flags,
                                    avoid_ports=frozenset(trial.user_attrs.get("avoid_ports", ())))
                 outcome = run_trial(ctx, config)
-        except KeyboardInterrupt:
-            with suppress(StorageBusy):  # locked by another process: `resume` marks the trial instead
-                trial.set_user_attr("interrupted", True)  # the server was stopped by run_trial's finally
-            raise
         except InfraError as exc:
             trial.set_user_attr("infra_error", str(exc))
             attrs = {**trial.user_attrs, **retry_attrs(exc, trial.user_attrs)}
