@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 from contextlib import contextmanager
 from datetime import datetime
@@ -128,13 +127,19 @@ def user_errors() -> Iterator[None]:
 
 @contextmanager
 def interrupts_as_keyboard() -> Iterator[None]:
-    """SIGTERM and SIGHUP stop a sweep the way Ctrl-C does: the server is stopped, the trial kept."""
-    def raise_interrupt(signum, frame):
-        raise KeyboardInterrupt
+    """Ctrl-C, SIGTERM and SIGHUP stop a sweep the same way: the server is stopped, the trial kept.
+    The signal is held while a storage call is under way (sweeper/interrupts.py); a storage left
+    locked by another process while stopping is an interrupt too (the trial stays RUNNING, and
+    `resume` marks it interrupted)."""
+    from sweeper.interrupts import signals_as_interrupt, stopping
+    from sweeper.search.storage import StorageBusy
 
-    previous = {s: signal.signal(s, raise_interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+    with signals_as_interrupt():
+        try:
+            yield
+        except StorageBusy as exc:
+            if not stopping():
+                raise
+            err.print(f"[yellow]warning:[/] the last trial could not be recorded: {exc}", highlight=False,
+                      soft_wrap=True)
+            raise KeyboardInterrupt from None

@@ -32,6 +32,7 @@ from sweeper.spec.space import Space, gpu_count_of
 from sweeper.errors import InfraError, UserError
 from sweeper.outcomes import HOST_BOUND_KINDS
 from sweeper.hosts import Host, ServerProcess
+from sweeper.interrupts import held_interrupts
 from sweeper.fleet.leases import LeaseBook, LeaseKeeper, slot_name
 from sweeper.search.leftovers import stop_leftover_servers
 from sweeper.search.trials import is_evaluation
@@ -238,7 +239,8 @@ def run_worker(handle: StudyHandle, host: Host, book: LeaseBook, holder: str, gp
             time.sleep(options.poll_s)
             continue
         try:
-            study.optimize(objective, n_trials=1, catch=(InfraError,), gc_after_trial=False)
+            with held_interrupts():  # raised within the objective or after optimize (sweeper/search/study.py)
+                study.optimize(objective, n_trials=1, catch=(InfraError,), gc_after_trial=False)
         except BudgetSpent:
             break
         ran += 1

@@ -8,10 +8,10 @@ import os
 import socket
 import time
 import warnings
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Protocol
+from typing import Any, Callable, ContextManager, Iterator, Protocol
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -34,11 +34,12 @@ from sweeper.search.pareto import dominated_verdict
 from sweeper.search.reference import reference_samples, settle_reference as settle, use_reference_file
 from sweeper.search.record import constraint_values, judge_level, objective_values, outcome_attrs
 from sweeper.search.trials import best_trial, feasible_trials, is_evaluation, is_feasible
-from sweeper.fleet.leases import schema_lock
 from sweeper.results.provenance import engine_provenance
 from sweeper.redact import MASK, redact_env, redact_url
 from sweeper.search.local import ensure_proposed_by
 from sweeper.search.samplers import build_sampler
+from sweeper.search.storage import StorageBusy, open_storage
+from sweeper.interrupts import held_interrupts, interruptible, stopping
 from sweeper.search.stored import output_rejected, reference_text
 from sweeper.search.configs import config_key, suggest_config
 from sweeper.trial.pipeline import TrialContext, run_trial
@@ -74,26 +75,6 @@ def storage_url(results_dir: Path, study_name: str, storage: str | None) -> str:
         return storage
     path = (study_dir(results_dir, study_name) / "study.db").resolve()
     return f"sqlite:///{path}"
-
-
-def open_storage(url: str, heartbeat_s: float = 30, grace_s: float = 600,
-                 stale_callback: Callable | None = None) -> optuna.storages.RDBStorage:
-    """The study's RDB storage with heartbeats; `stale_callback` runs for each trial whose worker
-    stopped beating (sweeper/fleet/workers.py retries it)."""
-    engine_kwargs: dict[str, Any] = {}
-    if url.startswith("postgresql+psycopg:"):  # the driver of the `postgres` extra
-        import_optional("psycopg", "postgres", f"the storage {redact_url(url)}")
-    if url.startswith("sqlite"):
-        engine_kwargs = {"connect_args": {"timeout": 30}}
-    elif url.startswith("postgresql"):
-        engine_kwargs = {"pool_pre_ping": True}
-    try:
-        with warnings.catch_warnings(), schema_lock(url) if url.startswith("postgresql") else nullcontext():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_s,
-                                              grace_period=grace_s, heartbeat_stale_trial_callback=stale_callback)
-    except Exception as exc:  # sqlalchemy raises many kinds; all mean "cannot open this storage"
-        raise UserError(f"cannot open storage {redact_url(url)}: {exc}") from None
 
 
 def study_exists(storage: optuna.storages.BaseStorage, name: str) -> bool:
@@ -327,6 +308,15 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents,
     use_reference_file(study, space, handle.dir, Path(space_path).parent if space_path else None)
 
     def objective(trial: optuna.Trial) -> float | list[float]:
+        try:
+            with interruptible():  # a Ctrl-C held since Optuna's ask is raised here
+                return run_one(trial)
+        except KeyboardInterrupt:
+            with suppress(StorageBusy):  # locked by another process: `resume` marks the trial instead
+                trial.set_user_attr("interrupted", True)  # the server was stopped by run_trial's finally
+            raise
+
+    def run_one(trial: optuna.Trial) -> float | list[float]:
         config = suggest_config(trial, space)
         key = config_key(config)
         trial.set_user_attr("config_key", key)
@@ -353,9 +343,6 @@ def make_objective(handle: StudyHandle, host: Host, events: SweepEvents,
                                    known_flags=known_flags,
                                    avoid_ports=frozenset(trial.user_attrs.get("avoid_ports", ())))
                 outcome = run_trial(ctx, config)
-        except KeyboardInterrupt:
-            trial.set_user_attr("interrupted", True)  # the server was stopped by run_trial's finally
-            raise
         except InfraError as exc:
             trial.set_user_attr("infra_error", str(exc))
             attrs = {**trial.user_attrs, **retry_attrs(exc, trial.user_attrs)}
@@ -380,7 +367,8 @@ class TrialWatch:
         self.measured: dict[Level, dict] = {}
 
     def on_stage(self, stage: str) -> None:
-        self.trial.set_user_attr("stage", stage)
+        with suppress(StorageBusy):  # what `show` displays; never a reason to skip a stage (the stop)
+            self.trial.set_user_attr("stage", stage)
         self.events.stage(trial_title(self.trial), stage)
 
     def on_intent(self, intent: LaunchIntent) -> None:
@@ -505,9 +493,10 @@ def run_sweep(handle: StudyHandle, host: Host, events: SweepEvents, sampler_seed
     if remaining <= 0:
         return
     # Duplicates and rule-excluded configs are free, so allow many more trials than evaluations.
-    study.optimize(make_objective(handle, host, events), n_trials=remaining * 20 + 20,
-                   timeout=time_budget_s, callbacks=[BudgetCallback(handle.budget)],
-                   catch=(InfraError,), gc_after_trial=False)
+    with interrupted_trials_failed(study):
+        study.optimize(make_objective(handle, host, events), n_trials=remaining * 20 + 20,
+                       timeout=time_budget_s, callbacks=[BudgetCallback(handle.budget)],
+                       catch=(InfraError,), gc_after_trial=False)
 
 
 def probe_gpu_model(host: Host) -> str:
@@ -565,8 +554,9 @@ def run_queue(handle: StudyHandle, host: Host, events: SweepEvents) -> None:
     study.set_user_attr("controller", controller_identity())
     waiting = len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
     if waiting:
-        study.optimize(make_objective(handle, host, events), n_trials=waiting, catch=(InfraError,),
-                       gc_after_trial=False)
+        with interrupted_trials_failed(study):
+            study.optimize(make_objective(handle, host, events), n_trials=waiting, catch=(InfraError,),
+                           gc_after_trial=False)
 
 
 def measured_runs(study: optuna.Study) -> list[tuple[str, float | None]]:
@@ -592,17 +582,46 @@ def queued_params(trial: FrozenTrial) -> dict:
     return dict(trial.params) or dict(trial.system_attrs.get("fixed_params") or {})
 
 
+def fail_running_trials(study: optuna.Study) -> list[int]:
+    """Mark the RUNNING trials interrupted and failed (a study with one controller: they are its
+    own, or a dead one's); their numbers."""
+    numbers = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        # Optuna has no public setter for another process's trial attrs; the storage API is stable.
+        study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
+        study.tell(t.number, state=TrialState.FAIL)
+        numbers.append(t.number)
+    return numbers
+
+
+@contextmanager
+def interrupted_trials_failed(study: optuna.Study) -> Iterator[None]:
+    """Around study.optimize: a signal is held outside the objective (make_objective's is
+    interruptible), since a KeyboardInterrupt within Optuna's ask or tell leaves the trial RUNNING
+    or crashes Optuna's bookkeeping (UnboundLocalError); held, it is raised as the next objective
+    starts (Optuna records that trial failed) or when optimize returns. A trial still RUNNING then
+    is marked interrupted, as far as a storage locked by another process allows (`resume` marks
+    it otherwise)."""
+    try:
+        with held_interrupts():
+            yield
+    except KeyboardInterrupt:
+        with suppress(StorageBusy):
+            fail_running_trials(study)
+        raise
+    except Exception as exc:  # Optuna's tell of the interrupted trial failed on a locked storage
+        if not stopping():
+            raise
+        raise StorageBusy(f"the interrupted trial is left RUNNING for `sweeper resume` ({exc})") from exc
+
+
 def recover_interrupted(study: optuna.Study, host: Host, grace_s: float) -> list[str]:
     """Stop servers left by a dead controller, mark its RUNNING trials failed, and queue every
     interrupted or infrastructure-failed trial for a re-run. Returns what was done."""
     # Every launch's intent is in the study before its spawn: a server is found by its run token
     # whatever the moment its controller died (one scan of the host for all of them).
     notes = stop_leftover_servers(host, study.get_trials(deepcopy=False), grace_s)
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        # Optuna has no public setter for another process's trial attrs; the storage API is stable.
-        study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
-        study.tell(t.number, state=TrialState.FAIL)
-        notes.append(f"trial {t.number} was interrupted: marked failed")
+    notes += [f"trial {n} was interrupted: marked failed" for n in fail_running_trials(study)]
     already = {t.user_attrs.get("retry_of") for t in study.get_trials(deepcopy=False)}
     for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
         interrupted = t.user_attrs.get("interrupted")

@@ -180,10 +180,15 @@ def _ready_or_none(ctx: TrialContext, outcome: TrialOutcome, timer: Callable, pr
 def _stop_and_release(ctx: TrialContext, outcome: TrialOutcome, timer: Callable, proc: ServerProcess, port: int,
                       gpu_baseline: GpuSnapshot | None, on_stopped: Callable[[ServerProcess, StopReport], None]) -> None:
     host, trial_dir = ctx.host, ctx.trial_dir
-    # What a live server holds; after a crash it says nothing and would delay the record.
-    serving = _snapshot_or_none(host) if gpu_baseline is not None and host.is_alive(proc) else None
-    with timer("stop"):
+    serving, started = None, time.monotonic()
+    try:
+        # What a live server holds; after a crash it says nothing and would delay the record.
+        serving = _snapshot_or_none(host) if gpu_baseline is not None and host.is_alive(proc) else None
+        ctx.on_stage("stop")  # into the study, which another process may hold locked: a Ctrl-C
+        # raised when that write ends must still stop the server (issue 32)
+    finally:
         report = stop(host, proc, port, ctx.space.launch.stop_grace_s)
+        outcome.stage_seconds["stop"] = round(time.monotonic() - started, 3)
     (trial_dir / "stop.json").write_text(json.dumps(asdict(report), indent=2))
     if report.left_behind and outcome.failure is None:
         outcome.failure = Failure("stop", "stop_failed", f"processes left behind: {report.left_behind}")
