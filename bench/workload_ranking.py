@@ -84,7 +84,7 @@ def run_sweep(space: Path, study: str, results: Path, trials: int) -> list[dict]
                    check=True, env=env, cwd=ROOT)
     out = results / f"{study}.leaderboard.json"
     subprocess.run(SWEEPER + ["-q", "leaderboard", study, "--results", str(results), "--top", "100",
-                              "--json", str(out)], check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+                              "--json-file", str(out)], check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
     return json.loads(out.read_text())
 
 

@@ -17,7 +17,7 @@ def test_find_capacity_in_concurrency_lands_on_the_truth(cli):
     assert closed_loop_p99_ttft_ms(9, BATCH, TTFT_MS, GAP_MS, OUTPUT_LEN) > slo_ms
     with refserver(TTFT_MS, GAP_MS, max_batch=BATCH) as url:
         result = cli.run("load", url, "--find-capacity", "--slo-p99-ttft-ms", str(slo_ms), "--input-len", "8",
-                         "--output-len", str(OUTPUT_LEN), "--max-concurrency", "16", "--json", "cap.json",
+                         "--output-len", str(OUTPUT_LEN), "--max-concurrency", "16", "--json-file", "cap.json",
                          "--max-client-lag-ms", "50", "--min-rounds", "10")
     assert result.returncode == 0, result.stderr + result.stdout
     record = json.loads((cli.workdir / "cap.json").read_text())
@@ -36,7 +36,7 @@ def test_find_capacity_in_rate(cli):
     with refserver(TTFT_MS, GAP_MS, max_batch=BATCH) as url:
         result = cli.run("load", url, "--find-capacity", "--rate", "4", "--fixed-rate", "--slo-p99-ttft-ms", "100",
                          "--input-len", "8", "--output-len", str(OUTPUT_LEN), "--resolution", "0.1", "--max-client-lag-ms", "50",
-                         "--json", "cap.json")
+                         "--json-file", "cap.json")
     assert result.returncode == 0, result.stderr + result.stdout
     record = json.loads((cli.workdir / "cap.json").read_text())
     assert 20 <= record["capacity_rate"] <= 36 and record["first_failing"] <= record["capacity_rate"] * 1.1

@@ -144,7 +144,7 @@ def test_gap_to_target_agrees_with_the_simulator_model(demo):
 
 
 def test_leaderboard_exports_round_trip_with_provenance(demo):
-    result = demo.run("leaderboard", STUDY, "--csv", "lb.csv", "--json", "lb.json", "--parquet", "lb.parquet")
+    result = demo.run("leaderboard", STUDY, "--csv", "lb.csv", "--json-file", "lb.json", "--parquet", "lb.parquet")
     assert result.returncode == 0, result.stderr
     parquet = pd.read_parquet(demo.workdir / "lb.parquet")
     dtypes = {name: str(dtype) for name, dtype in parquet.dtypes.items()}
@@ -161,7 +161,7 @@ def test_leaderboard_exports_round_trip_with_provenance(demo):
     assert ranked["duplicate_of"].isna().all() and ranked["c16_valid"].all()
     assert ranked["rank_value"].is_monotonic_decreasing
 
-    by_c1 = demo.run("leaderboard", STUDY, "--level", "1", "--feasible-only", "--top", "2", "--json", "c1.json")
+    by_c1 = demo.run("leaderboard", STUDY, "--level", "1", "--feasible-only", "--top", "2", "--json-file", "c1.json")
     assert by_c1.returncode == 0, by_c1.stderr
     rows = json.loads((demo.workdir / "c1.json").read_text())
     assert 1 <= len(rows) <= 2 and all(r["rank_level"] == 1 and r["rank"] is not None for r in rows)

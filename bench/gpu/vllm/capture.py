@@ -133,7 +133,7 @@ def side_by_side(model: str, out: Path, levels: list[int], deadline: float, swee
         n = max(8 * c, 32)
         cmd = sweeper_py + ["load", f"http://127.0.0.1:{PORT}", "--concurrency", str(c), "--input-len", "64",
                             "--output-len", "64", "--requests-per-level", str(n), "--model", model,
-                            "--json", str(out / f"{tag}.json")]
+                            "--json-file", str(out / f"{tag}.json")]
         r = subprocess.run(cmd, capture_output=True, text=True)
         (out / f"{tag}.log").write_text(r.stdout + r.stderr)
         log(f"sweeper load C={c}: exit {r.returncode}")
