@@ -166,7 +166,10 @@ def test_ctrl_c_while_another_process_holds_the_study_ends_within_the_bound_and_
             os.kill(controller.pid, signal.SIGINT)
             controller.communicate(timeout=60)
     result = cli.run("resume", "h1", "--trials", "1")
-    assert result.returncode == 0, result.stderr
+    # the one trial resume runs may be a config that fails (tiny.yaml has failing seeds): then it
+    # exits 1 naming that cause (issue 30's exit codes), which is the config's verdict, not resume's
+    assert result.returncode == 0 or "every trial failed" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
     cli.run("leaderboard", "h1", "--csv", "h1.csv")
     frame = pd.read_csv(cli.workdir / "h1.csv")
     assert "RUNNING" not in set(frame["state"])
