@@ -215,8 +215,11 @@ class StorageLoad:
                                  stdout=subprocess.DEVNULL, stderr=(work / "sweep.err").open("w"))
         record: dict = {"work": str(work)}
         try:
-            if not wait_until(ready.exists, 120):
-                return {**record, "fail": True, "why": "the stand-in never started"}
+            if not wait_until(lambda: ready.exists() or child.poll() is not None, 120) or not ready.exists():
+                # the harness, not what is measured: said apart, with what the stand-in printed
+                tail = (work / "sweep.err").read_text()[-500:]
+                return {**record, "fail": True, "harness": True,
+                        "why": f"the stand-in never started (exit {child.poll()}): {tail}"}
             time.sleep(rng.uniform(0, spread_s))
             sent, record["sent_at"] = time.monotonic(), round(time.time(), 3)
             child.send_signal(signal.SIGINT)
@@ -260,19 +263,20 @@ def main() -> None:
     # starts (an ignored signal is inherited): a handled one is reset to the default in a child.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     rng = random.Random(args.seed)
-    failures = 0
+    failures = lost = 0
     load = StorageLoad(args.root.resolve(), args.readers, args.busy) if args.mode == "storage" else None
     try:
         for n in range(args.runs):
             record = (load.run(n, args.spread, rng) if load else
                       one_run(args.root.resolve(), args.readers, args.busy, args.spread, rng))
-            failures += record["fail"]
+            lost += bool(record.get("harness"))
+            failures += record["fail"] and not record.get("harness")
             print(json.dumps({"run": n, **record}), flush=True)
     finally:
         if load:
             load.close()
-    print(f"{failures} of {args.runs} runs failed (mode {args.mode}, readers {args.readers}, busy loops "
-          f"{args.busy}, root {args.root})", flush=True)
+    print(f"{failures} of {args.runs - lost} runs failed (mode {args.mode}, readers {args.readers}, busy loops "
+          f"{args.busy}, root {args.root}; {lost} lost to the harness)", flush=True)
 
 
 if __name__ == "__main__":
