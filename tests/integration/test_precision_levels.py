@@ -46,9 +46,13 @@ def test_a_level_that_cannot_reach_its_precision_stops_at_the_cap_and_is_flagged
     assert all(k in level for k in KEYS)
 
 
-def test_a_time_cap_stops_the_level(sim):
-    url, model = sim
-    level = measure_level(url, model, replace(PLAN, precision=1e-6, max_seconds=100.0), 4)
+def test_a_time_cap_stops_the_level():
+    # a quiet machine runs the plain simulator so evenly that every batch holds the same tokens and
+    # the CI is 0 wide (1e-6 was met so in CI): its speed drifts here, so no precision is in reach
+    with launched(BASELINE_FLAGS + ["--run-noise", "0.05", "--run-noise-steps", "5"]) as server:
+        server.wait_ready()
+        level = measure_level(server.url, discover_model(server.url),
+                              replace(PLAN, precision=1e-6, max_seconds=100.0), 4)
     assert level["stopped_by"] == "max_seconds" and level["precision_reached"] is False
     assert 100.0 <= level["duration"] < 100.0 + 100.0  # the cap, then the requests in flight finish
 
