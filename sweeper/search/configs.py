@@ -130,3 +130,19 @@ def config_problem(space: Space, params: Config) -> str | None:
         except Missing:
             continue
     return None
+
+
+def lever_values(param) -> list[Any]:
+    """The values a move may give a lever (a stepless float: nine points of its range)."""
+    try:
+        return parameter_values(param)
+    except ValueError:
+        return [param.low + (param.high - param.low) * i / 8 for i in range(9)]
+
+
+def is_ordinal(param) -> bool:
+    """Ordered values, where a move goes to a neighbour first (sizes, fractions)."""
+    if isinstance(param, (IntParam, FloatParam)):
+        return True
+    return isinstance(param, CategoricalParam) and all(
+        isinstance(c, (int, float)) and not isinstance(c, bool) for c in param.choices)

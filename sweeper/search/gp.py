@@ -26,9 +26,9 @@ from scipy.optimize import minimize
 from scipy.stats import norm
 
 from sweeper.spec.space import Space
-from sweeper.search.configs import Config, config_key, with_derived
-from sweeper.search.local import is_feasible, is_ordinal, lever_values
-from sweeper.search.model import Proposal, crashed, neighbours, random_config
+from sweeper.search.configs import Config, config_key, is_ordinal, lever_values, with_derived
+from sweeper.search.model import Proposal, crashed, is_feasible, neighbours, random_config
+from sweeper.search.model import propose as likeliest
 from sweeper.spec.rules import excluded_by_rule, violated_constraints
 
 START = 5  # proposals by space-filling before the GP (with fewer measured configs than this)
@@ -239,7 +239,6 @@ def propose(space: Space, trials: Sequence[FrozenTrial], taken: set[str], maximi
     model = fit(space, trials, maximize) if len(measured) >= START else None
     if model is None:
         if len(measured) >= START and len(measured) % 2:  # all crashed: every other trial by crash odds
-            from sweeper.search.model import propose as likeliest
             found = likeliest(space, trials, taken, maximize, seed)
             if found is not None:
                 return Proposal(found.params, "gp: nothing ran yet; " + found.why.split("; ")[-1])

@@ -23,8 +23,9 @@ from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.spec.rules import excluded_by_rule, violated_constraints
-from sweeper.spec.space import CategoricalParam, FloatParam, IntParam, Space
-from sweeper.search.configs import Config, config_key, is_active, parameter_values, with_derived
+from sweeper.spec.space import Space
+from sweeper.search.configs import Config, config_key, is_active, is_ordinal, lever_values, with_derived
+from sweeper.search.model import crashed, is_feasible, propose
 
 PROPOSED_BY = "proposed_by"
 
@@ -34,22 +35,6 @@ class Move:
     params: Config  # the sampled (not derived) values of the proposed config
     why: str
     lever_value: tuple[str, Any] | None = None  # what a single-lever move changes
-
-
-def lever_values(param) -> list[Any]:
-    """The values a move may give a lever (a stepless float: nine points of its range)."""
-    try:
-        return parameter_values(param)
-    except ValueError:
-        return [param.low + (param.high - param.low) * i / 8 for i in range(9)]
-
-
-def is_ordinal(param) -> bool:
-    """Ordered values, where a move goes to a neighbour first (sizes, fractions)."""
-    if isinstance(param, (IntParam, FloatParam)):
-        return True
-    return isinstance(param, CategoricalParam) and all(
-        isinstance(c, (int, float)) and not isinstance(c, bool) for c in param.choices)
 
 
 def moved_values(param, current: Any) -> list[Any]:
@@ -72,11 +57,6 @@ def completed(space: Space, changed: Config) -> Config:
             values = lever_values(param)
             config[name] = changed[name] if name in changed else values[len(values) // 2]
     return config
-
-
-def is_feasible(trial: FrozenTrial) -> bool:
-    return (trial.state == TrialState.COMPLETE and trial.values is not None
-            and all(v <= 0 for v in (trial.constraints or {}).values()))
 
 
 def climb(trials: list[FrozenTrial], noise: float, maximize: bool) -> list[FrozenTrial]:
@@ -181,7 +161,6 @@ class LocalSearchSampler(BaseSampler):
     def feasible_start(self, study: optuna.Study) -> Move | None:
         """While every config measured has crashed: the config likeliest to run (its values' crash
         odds from search/model.py), so that the climb has a feasible start."""
-        from sweeper.search.model import crashed, propose  # here: model.py imports this module
         if len(study.directions) > 1:
             return None
         trials = study.get_trials(deepcopy=False)

@@ -19,8 +19,7 @@ import numpy as np
 from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.spec.space import Space
-from sweeper.search.configs import Config, config_key, is_active, with_derived
-from sweeper.search.local import is_feasible, lever_values
+from sweeper.search.configs import Config, config_key, is_active, lever_values, with_derived
 from sweeper.spec.rules import excluded_by_rule, violated_constraints
 
 EFFECT_PRIOR = 0.3  # prior std of one lever value's effect on log(objective): +-30%
@@ -32,6 +31,11 @@ BAD_PRIOR_A, BAD_PRIOR_B = 0.3, 1.0
 SAFE_BAD = 0.03  # a value seen running may still crash in some combination (pair rules)
 
 Item = tuple[str, Any]
+
+
+def is_feasible(trial: FrozenTrial) -> bool:
+    return (trial.state == TrialState.COMPLETE and trial.values is not None
+            and all(v <= 0 for v in (trial.constraints or {}).values()))
 
 
 def _item(space: Space, name: str, value: Any) -> Item:
