@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sweeper.search.study import load_study  # noqa: E402
-from sweeper.search.trials import best_trial  # noqa: E402
+from sweeper.study.store import load_study  # noqa: E402
+from sweeper.study.trials import best_trial  # noqa: E402
 from sweeper.sim.best import best_config, modelled_objective  # noqa: E402
 from sweeper.spec.space import load_space  # noqa: E402
 

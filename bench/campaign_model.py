@@ -1,6 +1,6 @@
 """The campaign's policy on the simulator's MODEL instead of launched servers (seconds, not the
 ~7 minutes a seed of bench/campaign.py takes): the sweep through bench/model_search.py's plumbing,
-then the campaign's own adaptive validation (sweeper/search/validation.py's plan_validation) with
+then the campaign's own adaptive validation (sweeper/workflows/validation.py's plan_validation) with
 a fresh noisy measurement per launch. For choosing the split of launches and the finalists' rule;
 bench/campaign.py then confirms the choice with real servers.
 
@@ -17,10 +17,10 @@ from pathlib import Path
 
 from model_search import simulate_search
 from surfaces import sim
-from sweeper.search.ablation import Measured
+from sweeper.workflows.ablation import Measured
 from sweeper.search.samplers import build_sampler
-from sweeper.search.trials import ranked_trials
-from sweeper.search.validation import plan_validation
+from sweeper.study.trials import ranked_trials
+from sweeper.workflows.validation import plan_validation
 from sweeper.spec.space import load_space
 
 warnings.filterwarnings("ignore")

@@ -19,7 +19,7 @@ from sweeper.spec.space import parse_space
 from sweeper.sim.best import sim_config_of
 from sweeper.sim.failures import FP4_CAPABLE_MOE_BACKENDS
 from sweeper.search.configs import with_derived
-from sweeper.search.study import load_study
+from sweeper.study.store import load_study
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sweeper.search.trials import is_evaluation
+from sweeper.study.trials import is_evaluation
 from tests.support.pg import start_cluster  # noqa: E402
 
 SPACE = """\

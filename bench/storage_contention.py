@@ -135,9 +135,14 @@ def one_run(root: Path, readers: int, busy: int, spread_s: float, rng: random.Ra
 STORAGE_CHILD = """
 import contextlib, importlib, importlib.util, sys, time, optuna
 from sweeper.cli.common import interrupts_as_keyboard
-from sweeper.search import study as sweeper_study
+try:  # this checkout's layout (issue 31's study/), else an older commit's search/study.py
+    from sweeper.study import runs as sweeper_study
+    from sweeper.study.storage import open_storage
+except ImportError:
+    from sweeper.search import study as sweeper_study
+    open_storage = sweeper_study.open_storage
 optuna.logging.set_verbosity(optuna.logging.ERROR)
-storage = sweeper_study.open_storage(sys.argv[1], heartbeat_s=0.2)
+storage = open_storage(sys.argv[1], heartbeat_s=0.2)
 study = optuna.create_study(study_name="c", storage=storage)
 has_interrupts = importlib.util.find_spec("sweeper.interrupts") is not None
 interruptible = importlib.import_module("sweeper.interrupts").interruptible if has_interrupts else contextlib.nullcontext
@@ -170,14 +175,17 @@ READER = """
 import sys, time, optuna
 from pathlib import Path
 from sweeper.results.show import build_show_record
-from sweeper.search import study as sweeper_study
+try:  # this checkout's layout (issue 31's study/), else an older commit's search/study.py
+    from sweeper.study.storage import open_storage
+except ImportError:
+    from sweeper.search.study import open_storage
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 pointer, url = Path(sys.argv[1]), None
 while True:
     try:
         if pointer.read_text() != url:
             url = pointer.read_text()
-            storage = sweeper_study.open_storage(url)
+            storage = open_storage(url)
         build_show_record(optuna.load_study(study_name="c", storage=storage))
     except Exception:
         pass  # between runs: the next study does not exist yet

@@ -5,7 +5,7 @@ open: the SQLite file stays write-locked for the rest of the process, so the swe
 writes (the trial marked interrupted, then FAIL) and Optuna's heartbeat thread wait out their busy
 timeouts and fail (issue 32; bench/README.md, "study storage under load"). So a signal that comes
 while the main thread is inside a storage call is held until the call has committed or rolled
-back, and raised there. The storage keeps each such call short (sweeper/search/storage.py), which
+back, and raised there. The storage keeps each such call short (sweeper/study/storage.py), which
 bounds how long a Ctrl-C waits.
 """
 

@@ -1,5 +1,5 @@
 """`sweeper campaign`: sweep, re-validate the finalists, profile the winner, report and launch
-script, unattended (sweeper/search/campaign.py); `sweeper resume` continues one (continue_campaign)."""
+script, unattended (sweeper/workflows/campaign.py); `sweeper resume` continues one (continue_campaign)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from sweeper.cli.common import SPACE_ARG, RESULTS_OPT, STORAGE_OPT, console, par
 from sweeper.cli.progress import LineEvents, open_new_study, warm_start_study, with_progress
 from sweeper.cli.sweep import WARM_START_OPT
 from sweeper.errors import UserError
-from sweeper.search.study import StudyHandle
+from sweeper.study.store import StudyHandle
 
 
 class CliIO:
@@ -58,7 +58,7 @@ def campaign(
     """The case study unattended: sweep, re-validate the top K on fresh servers (interleaved, until
     the winner separates from the runner-up or the budget ends: a tie is declared), profile the
     winner, write the report and the winner's launch script. `sweeper resume STUDY` continues it."""
-    from sweeper.search.campaign import CampaignSettings, start_campaign
+    from sweeper.workflows.campaign import CampaignSettings, start_campaign
     from sweeper.spec.space import load_space
 
     with user_errors():
@@ -91,8 +91,8 @@ def campaign(
 def continue_campaign(handle: StudyHandle, hosts: Path, storage: str | None) -> None:
     """Run the campaign from its stored phase to the end; print the morning summary."""
     from sweeper.results.campaign_summary import build_campaign_summary, format_summary_lines
-    from sweeper.search.campaign import Campaign, campaign_record
-    from sweeper.search.study import load_study
+    from sweeper.workflows.campaign import Campaign, campaign_record
+    from sweeper.study.store import load_study
 
     Campaign(handle, CliIO(handle.name), hosts, storage).run()
     validation = load_study(campaign_record(handle.study)["phases"]["validate"]["study"], handle.results_dir, storage)

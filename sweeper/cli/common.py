@@ -96,7 +96,7 @@ def pick_study(study: str | None, results: Path, storage: str | None) -> str:
     """The STUDY argument, or the only study there is; else a UserError listing them."""
     if study is not None:
         return study
-    from sweeper.search.study import format_known_studies, study_names
+    from sweeper.study.store import format_known_studies, study_names
 
     names = study_names(results, storage)
     if len(names) == 1:
@@ -132,7 +132,7 @@ def interrupts_as_keyboard() -> Iterator[None]:
     locked by another process while stopping is an interrupt too (the trial stays RUNNING, and
     `resume` marks it interrupted)."""
     from sweeper.interrupts import signals_as_interrupt, stopping
-    from sweeper.search.storage import StorageBusy
+    from sweeper.study.storage import StorageBusy
 
     with signals_as_interrupt():
         try:

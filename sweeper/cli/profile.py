@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from sweeper.cli.common import STUDY_ARG, pick_study, RESULTS_OPT, STORAGE_OPT, console, err, interrupts_as_keyboard, user_errors
-from sweeper.search.study import load_study
+from sweeper.study.store import load_study
 
 
 def profile(

@@ -16,8 +16,8 @@ from sweeper.cli.common import STUDY_ARG, pick_study, RESULTS_OPT, STORAGE_OPT, 
 from sweeper.errors import UserError
 from sweeper.results.show import build_best_record, build_show_record, format_show
 from sweeper.results.table import format_leaderboard_table
-from sweeper.search.stored import parse_stored_space
-from sweeper.search.study import load_study, open_study_storage
+from sweeper.study.stored import parse_stored_space
+from sweeper.study.store import load_study, open_study_storage
 
 
 def leaderboard(
@@ -124,7 +124,7 @@ def best(
     the front."""
     from sweeper.results.answer import build_answer, format_answer_lines
     from sweeper.results.ranking import best_ranked_trial
-    from sweeper.search.trials import chosen_trial, is_pareto_study
+    from sweeper.study.trials import chosen_trial, is_pareto_study
     from sweeper.spec.hosts import HostSpec
     from sweeper.results.script import best_launch_script
 

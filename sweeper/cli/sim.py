@@ -10,8 +10,8 @@ from rich.table import Table
 
 from sweeper.cli.common import SPACE_ARG, RESULTS_OPT, STORAGE_OPT, console, user_errors
 from sweeper.errors import UserError
-from sweeper.search.study import load_study
-from sweeper.search.trials import best_trial
+from sweeper.study.store import load_study
+from sweeper.study.trials import best_trial
 from sweeper.spec.space import Space, load_space
 
 

@@ -13,11 +13,11 @@ from sweeper.cli.progress import LineEvents, open_new_study, sweep_and_print, ve
 from sweeper.errors import UserError
 from sweeper.hosts import open_host
 from sweeper.results.table import format_leaderboard_table
-from sweeper.search.resume import check_space_unchanged
+from sweeper.study.resume import check_space_unchanged
 from sweeper.search.samplers import SAMPLERS
-from sweeper.search.stored import parse_stored_space
-from sweeper.search.study import (StudyHandle, controller_alive, create_study, host_spec_for_resume, load_study,
-                                  recover_interrupted)
+from sweeper.study.stored import parse_stored_space
+from sweeper.study.store import StudyHandle, controller_alive, create_study, host_spec_for_resume, load_study
+from sweeper.study.runs import recover_interrupted
 from sweeper.spec.hosts import DEFAULT_HOSTS_FILE, load_host
 from sweeper.spaces import packaged_spaces
 from sweeper.spec.space import Space, load_space
@@ -115,7 +115,7 @@ def worker(
 ) -> None:
     """Join a study from this machine: run its trials on HOST until the study's budget is spent."""
     from sweeper.fleet.leases import LeaseBook, new_holder_id, slot_name
-    from sweeper.search.study import open_storage
+    from sweeper.study.storage import open_storage
     from sweeper.fleet.workers import WorkerOptions, check_shared_storage, retry_stale_trial, run_worker, run_worker_processes, recover_shared, worker_argv
 
     with user_errors():
@@ -212,7 +212,7 @@ def demo(
     machine (the hosts file's `local` host, or the built-in one when there is none)."""
     from sweeper.cli.sim import format_distance_to_optimum
     from sweeper.sim.best import best_config
-    from sweeper.search.trials import best_trial
+    from sweeper.study.trials import best_trial
 
     with user_errors():
         space_file = packaged_spaces()["demo"]

@@ -13,8 +13,8 @@ from sweeper.levels import short_level
 from sweeper.cli.common import STUDY_ARG, pick_study, SPACE_ARG, RESULTS_OPT, STORAGE_OPT, console, user_errors
 from sweeper.cli.progress import open_new_study, with_progress
 from sweeper.errors import UserError
-from sweeper.search.stored import parse_stored_space
-from sweeper.search.study import load_study
+from sweeper.study.stored import parse_stored_space
+from sweeper.study.store import load_study
 from sweeper.spec.space import Space, load_space
 
 
@@ -34,10 +34,10 @@ def ablate(
     results: Path = RESULTS_OPT,
 ) -> None:
     """The baseline, then each single-lever change from it: each lever's delta with a 95% CI."""
-    from sweeper.search.ablation import Measured, ablation_runs, repeats_for_noise, sampled_config, summarize_ablation
+    from sweeper.workflows.ablation import Measured, ablation_runs, repeats_for_noise, sampled_config, summarize_ablation
     from sweeper.results.ablation_table import format_ablation_table
-    from sweeper.search.confidence import MAX_REPEATS
-    from sweeper.search.study import enqueue_runs, measured_runs, run_queue
+    from sweeper.study.confidence import MAX_REPEATS
+    from sweeper.study.runs import enqueue_runs, measured_runs, run_queue
 
     with user_errors():
         space = load_space(space_file)
@@ -105,12 +105,12 @@ def validate(
     """Re-run the top K configs on fresh servers in interleaved order; declare the winner with its CI.
     In the Pareto mode: the front's top K by throughput, both objectives with their CIs."""
     from sweeper.hosts import open_host
-    from sweeper.search.ablation import finalist_runs
-    from sweeper.search.trials import is_pareto_study
-    from sweeper.search.validation import create_validation_study, record_validation
+    from sweeper.workflows.ablation import finalist_runs
+    from sweeper.study.trials import is_pareto_study
+    from sweeper.workflows.validation import create_validation_study, record_validation
     from sweeper.spec.hosts import load_host
     from sweeper.results.ablation_table import format_finalists_table
-    from sweeper.search.study import enqueue_runs, run_queue
+    from sweeper.study.runs import enqueue_runs, run_queue
 
     with user_errors():
         study = pick_study(study, results, storage)
@@ -151,9 +151,9 @@ def validate(
 def _report_pareto_finalists(source, validation, original: list[str], repeats: int) -> None:
     """Both objectives of each re-run front member with 95% CIs, and which members the re-measured
     means keep on the front."""
-    from sweeper.search.ablation import summarize_pareto_finalists
+    from sweeper.workflows.ablation import summarize_pareto_finalists
     from sweeper.results.ablation_table import format_pareto_finalists_table
-    from sweeper.search.study import measured_values
+    from sweeper.study.runs import measured_values
 
     rows = summarize_pareto_finalists(measured_values(validation))
     source.set_user_attr("validation", {"study": validation.study_name, "rows": rows, "mode": "pareto"})

@@ -8,12 +8,12 @@ per database, not per study, so two studies pointed at one host also exclude eac
 
 Times are the database's clock (clock_timestamp()), so controllers on machines with skewed clocks
 agree on when a lease expired. The study lock is a PostgreSQL advisory lock: held per connection,
-so a controller killed while holding it releases it with its connection.
+so a controller killed while holding it releases it with its connection. The lock around creating
+Optuna's tables is the study's own (sweeper/study/lock.py): the study store takes it, fleet or not.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import socket
@@ -29,6 +29,7 @@ from sqlalchemy import text
 
 from sweeper.errors import UserError
 from sweeper.redact import redact_url
+from sweeper.study.lock import advisory_lock_key
 
 TABLE = "sweeper_host_leases"
 NOW = "extract(epoch from clock_timestamp())"
@@ -49,28 +50,6 @@ class Grant:
 
     slot: str
     previous: dict | None
-
-
-@contextmanager
-def schema_lock(url: str) -> Iterator[None]:
-    """Serialise the creation of Optuna's tables: two controllers starting on an empty database
-    would both CREATE TYPE and one would fail."""
-    engine = sqlalchemy.create_engine(url)
-    try:
-        with engine.connect() as conn:
-            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _lock_key("sweeper-schema")})
-            conn.commit()
-            try:
-                yield
-            finally:
-                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _lock_key("sweeper-schema")})
-                conn.commit()
-    finally:
-        engine.dispose()
-
-
-def _lock_key(name: str) -> int:
-    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
 
 
 class LeaseBook:
@@ -129,7 +108,7 @@ class LeaseBook:
     @contextmanager
     def study_lock(self, study_name: str) -> Iterator[None]:
         """Serialise claim decisions of one study across every controller (a session advisory lock)."""
-        key = _lock_key(f"sweeper-study:{study_name}")
+        key = advisory_lock_key(f"sweeper-study:{study_name}")
         with self.engine.connect() as conn:
             conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
             conn.commit()

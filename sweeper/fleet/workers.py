@@ -34,11 +34,12 @@ from sweeper.outcomes import HOST_BOUND_KINDS
 from sweeper.hosts import Host, ServerProcess
 from sweeper.interrupts import held_interrupts
 from sweeper.fleet.leases import LeaseBook, LeaseKeeper, slot_name
-from sweeper.search.leftovers import stop_leftover_servers
-from sweeper.search.trials import is_evaluation
+from sweeper.study.recovery import stop_leftover_servers
+from sweeper.study.trials import is_evaluation
 from sweeper.search.samplers import build_sampler
 from sweeper.spec.rules import excluded_by_rule, violated_constraints
-from sweeper.search.study import StudyHandle, SweepEvents, enqueue_retry, make_objective
+from sweeper.study.store import StudyHandle, SweepEvents
+from sweeper.study.objective import enqueue_retry, make_objective
 
 STORAGE_VAR = "SWEEPER_STORAGE"
 SLOT_PORT_STRIDE = 500  # servers of two GPU sets of one host never probe the same ports
@@ -124,7 +125,7 @@ def retry_stale_trial(study: optuna.Study, trial: FrozenTrial) -> None:
 def recover_shared(study: optuna.Study, book: LeaseBook, host: Host, host_name: str, grace_s: float) -> list[str]:
     """On a worker's start: fail stale RUNNING trials (retry_stale_trial queues them again), queue
     trials a Ctrl-C interrupted (once, under the study lock), and stop the servers failed trials left
-    on this host (found by run token: sweeper/search/leftovers.py; only a process carrying it is
+    on this host (found by run token: sweeper/study/recovery.py; only a process carrying it is
     signalled, so a server that already exited or a reused PID is never touched)."""
     fail_stale(study)
     notes = []
@@ -239,7 +240,7 @@ def run_worker(handle: StudyHandle, host: Host, book: LeaseBook, holder: str, gp
             time.sleep(options.poll_s)
             continue
         try:
-            with held_interrupts():  # raised within the objective or after optimize (sweeper/search/study.py)
+            with held_interrupts():  # raised within the objective or after optimize (sweeper/study/store.py)
                 study.optimize(objective, n_trials=1, catch=(InfraError,), gc_after_trial=False)
         except BudgetSpent:
             break

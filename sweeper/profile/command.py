@@ -20,12 +20,12 @@ from sweeper.profile.run import ProfileContext, ProfileRequest, profile_config, 
 from sweeper.profile.trace import (
     TraceError, group_shares, is_trace_file, load_trace, summarize_traces,
 )
-from sweeper.search.leftovers import intent_of_record, stop_found_servers
-from sweeper.search.reference import reference_samples
-from sweeper.search.trials import best_trial
+from sweeper.study.recovery import intent_of_record, stop_found_servers
+from sweeper.study.reference import reference_samples
+from sweeper.study.trials import best_trial
 from sweeper.search.configs import with_derived
-from sweeper.search.study import controller_alive, controller_identity, host_spec_for_resume, installed_flags, study_dir, study_servers
-from sweeper.search.stored import parse_stored_space
+from sweeper.study.store import controller_alive, controller_identity, host_spec_for_resume, installed_flags, study_dir, study_servers
+from sweeper.study.stored import parse_stored_space
 
 PROFILE_SERVER_ATTR = "profile_server"  # the server a running `sweeper profile` started
 PROFILE_INTENT_ATTR = "profile_launch_intent"  # its launch intent, written before the spawn

@@ -26,6 +26,7 @@ import requests
 
 from sweeper.loadgen.direct import post_direct
 from sweeper.errors import UserError
+from sweeper.engines.versions import parse_version
 
 # Relative to the server's working folder (its trial folder on the host), so the same value works
 # locally and over SSH; both engines resolve it against their working directory.
@@ -74,8 +75,6 @@ PROFILERS_BY_VERSION: tuple[tuple[str, tuple[int, ...], ProfilerControl], ...] =
 
 def profiler_for(engine: str, version_text: str = "") -> ProfilerControl:
     """The profiler switch of `engine` at the installed version ('0.24.0'; '' when not known)."""
-    from sweeper.engines.versions import parse_version
-
     if engine not in PROFILERS:
         raise UserError(f"engine {engine!r} has no torch profiler endpoint; `sweeper profile` supports "
                         f"{', '.join(sorted(PROFILERS))}")

@@ -13,8 +13,8 @@ import pandas as pd
 
 from sweeper.results.ranking import (campaign_verdict, plain_cell, ranked_frame, trial_by_number, validation_rows,
                                      verdict_winner)
-from sweeper.search.stored import objective_spec
-from sweeper.search.trials import is_pareto_study
+from sweeper.study.stored import objective_spec
+from sweeper.study.trials import is_pareto_study
 
 NOISE_FLOOR_ATTR = "noise_floor"  # {between_cv, within_cv, launches, repeats, level}, written by the campaign
 
@@ -27,7 +27,7 @@ class Answer:
     value: float  # the validated mean, else the one sweep measurement
     ci_low: float | None  # the value's 95% CI (None: unknown)
     ci_high: float | None
-    ci_source: str  # validation | precision | repeats | none (search/confidence.py)
+    ci_source: str  # validation | precision | repeats | none (sweeper/study/confidence.py)
     validated: bool  # re-run on fresh servers (`validate`, a campaign's validation)
     launches: int  # the fresh launches the value is the mean of (1: the sweep's one measurement)
     failed_launches: int  # re-runs of it that failed

@@ -12,7 +12,7 @@ import optuna
 from sweeper.levels import short_level
 from sweeper.results.answer import NOISE_FLOOR_ATTR, build_answer, format_noise_floor
 from sweeper.results.gap import build_study_gap
-from sweeper.search.trials import is_evaluation
+from sweeper.study.trials import is_evaluation
 from sweeper.spec.hosts import HostSpec
 
 

@@ -12,7 +12,7 @@ import pandas as pd
 
 from sweeper.levels import is_level_column
 from sweeper.errors import UserError, import_optional
-from sweeper.results.provenance import PROVENANCE_COLUMNS, build_provenance
+from sweeper.study.provenance import PROVENANCE_COLUMNS, build_provenance
 from sweeper.results.ranking import ranked_frame
 
 EXPORT_FORMATS = ("csv", "json", "parquet")

@@ -14,7 +14,7 @@ from sweeper.levels import is_rate, level_key, short_level
 from sweeper.spec.space import Target
 from sweeper.results.leaderboard import study_levels
 from sweeper.results.ranking import best_ranked_trial
-from sweeper.search.stored import kernel_groups, objective_spec, stored_space
+from sweeper.study.stored import kernel_groups, objective_spec, stored_space
 
 HIGHER_IS_BETTER = {"output_throughput", "total_throughput", "request_throughput"}
 

@@ -10,8 +10,8 @@ from typing import Iterator
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeper.search.trials import is_feasible
-from sweeper.search.stored import output_rejected, reference_text
+from sweeper.study.trials import is_feasible
+from sweeper.study.stored import output_rejected, reference_text
 
 MIN_TRIALS = 4
 

@@ -15,8 +15,8 @@ from optuna.trial import FrozenTrial
 from sweeper.levels import (Level, format_number, is_rate, level_key, metric_column, parse_level_key,
                             stored_workload_levels)
 from sweeper.loadgen.capacity import capacity_found
-from sweeper.search.stored import finds_capacity, output_rejected, reference_text, study_space
-from sweeper.search.trials import infeasible_reason, is_pareto_study, pareto_trials
+from sweeper.study.stored import finds_capacity, output_rejected, reference_text, study_space
+from sweeper.study.trials import infeasible_reason, is_pareto_study, pareto_trials
 
 
 # Per-level columns: (column suffix, metric key in the level's metrics)

@@ -1,6 +1,6 @@
 """Ranking at any concurrency level: the objective's metric read at level C. Only feasible trials
 whose level C is valid rank; duplicates, failures and invalid levels never do. Each ranked value
-carries its 95% CI and whether it is statistically tied with #1 (search/confidence.py)."""
+carries its 95% CI and whether it is statistically tied with #1 (sweeper/study/confidence.py)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from sweeper.errors import UserError
 from sweeper.outcomes import CAPACITY_METRIC
 from sweeper.levels import Level, as_level_of, format_number, level_key
 from sweeper.results.leaderboard import leaderboard_frame, study_levels
-from sweeper.search.trials import is_pareto_study
-from sweeper.search.confidence import Estimate, tie, trial_estimate
-from sweeper.search.stored import ObjectiveSpec, objective_spec
+from sweeper.study.trials import is_pareto_study
+from sweeper.study.confidence import Estimate, tie, trial_estimate
+from sweeper.study.stored import ObjectiveSpec, objective_spec
 
 # What ranked_frame adds to the leaderboard besides rank, rank_level and rank_value
 CONFIDENCE_COLUMNS = ("ci_low", "ci_high", "ci_source", "validated", "precision_reached", "tied_with_best",
@@ -83,7 +83,7 @@ def ranked_frame(study: optuna.Study, level: int | float | str | None = None, fe
 
 def campaign_verdict(study: optuna.Study) -> dict | None:
     """The verdict a campaign's validation stored with its rows (winner, tied_with, separated, p,
-    reason: search/validation.py plan_validation), or None (no campaign, or a later `validate`
+    reason: sweeper/workflows/validation.py plan_validation), or None (no campaign, or a later `validate`
     replaced its rows)."""
     return (study.user_attrs.get("validation") or {}).get("verdict") or None
 

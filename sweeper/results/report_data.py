@@ -16,9 +16,9 @@ from sweeper.results.answer import Answer, build_answer
 from sweeper.results.gap import GapToTarget, build_study_gap
 from sweeper.results.importance import build_param_importances
 from sweeper.results.leaderboard import format_capacity, parameter_names, study_levels
-from sweeper.results.provenance import build_provenance
+from sweeper.study.provenance import build_provenance
 from sweeper.results.ranking import plain_cell, ranked_frame
-from sweeper.search.stored import ObjectiveSpec, objective_spec, objective_specs
+from sweeper.study.stored import ObjectiveSpec, objective_spec, objective_specs
 
 TOP_CONFIGS = 5
 LATENCY_CONFIGS = 3
@@ -38,7 +38,7 @@ class ConfigLevels:
     metrics: dict[int, dict[str, float]]  # level -> bench_serving metrics
     ci_low: float | None = None  # the ranked value's 95% CI (None: unknown)
     ci_high: float | None = None
-    ci_source: str = "none"  # validation | precision | repeats | none (search/confidence.py)
+    ci_source: str = "none"  # validation | precision | repeats | none (sweeper/study/confidence.py)
     tied_with_best: bool | None = None  # None: unknown (an interval is)
     precision_reached: bool | None = None
     capacity: str = ""  # a capacity study: the search's answer in words (leaderboard.format_capacity)

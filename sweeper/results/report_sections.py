@@ -13,6 +13,7 @@ from sweeper.outcomes import CAPACITY_METRIC
 from sweeper.results.answer import format_noise_floor
 from sweeper.results.gap import GapToTarget, format_gap_lines
 from sweeper.results.report_data import PERCENTILES, ReportData, build_budget_by_strategy
+from sweeper.results.campaign_summary import format_summary_lines
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,6 @@ def build_campaign_section(summary: dict | None) -> Section | None:
     """The morning summary, first in the report of a campaign."""
     if not summary:
         return None
-    from sweeper.results.campaign_summary import format_summary_lines
 
     phases = Table(["phase", "wall seconds", "launches"],
                    [[name, fmt(p.get("seconds"), 0), fmt(p.get("launches", p.get("evaluations")))]

@@ -12,11 +12,11 @@ from rich.text import Text
 
 from sweeper.results.answer import build_answer, format_answer_lines
 from sweeper.results.gap import build_study_gap, format_gap_lines
-from sweeper.search.trials import best_trial, is_evaluation
+from sweeper.study.trials import best_trial, is_evaluation
 from sweeper.results.leaderboard import format_values
 from sweeper.results.ranking import plain_cell, ranked_frame, trial_by_number
-from sweeper.search.trials import infeasible_reason, is_pareto_study, pareto_trials
-from sweeper.search.stored import output_rejected, reference_text
+from sweeper.study.trials import infeasible_reason, is_pareto_study, pareto_trials
+from sweeper.study.stored import output_rejected, reference_text
 
 
 def build_show_record(study: optuna.Study) -> dict:
@@ -89,7 +89,7 @@ def format_show(study: optuna.Study) -> Group:
 
 def ranked_confidence(study: optuna.Study) -> list[dict]:
     """The ranked trials at the objective's level, #1 first: value, 95% CI (None when unknown),
-    where the CI came from, and the tie with #1 (ranking.py, search/confidence.py)."""
+    where the CI came from, and the tie with #1 (ranking.py, sweeper/study/confidence.py)."""
     frame = ranked_frame(study, feasible_only=True)
     return [{"trial": int(row["trial"]), "value": float(row["rank_value"]), "ci_low": plain_cell(row["ci_low"]),
              "ci_high": plain_cell(row["ci_high"]), "ci_source": row["ci_source"] or "none",

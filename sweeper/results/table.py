@@ -11,9 +11,9 @@ from rich.table import Table
 
 from sweeper.levels import metric_column, short_level
 from sweeper.results.leaderboard import format_capacity, parameter_names, study_levels
-from sweeper.search.trials import is_pareto_study
+from sweeper.study.trials import is_pareto_study
 from sweeper.results.ranking import ranked_frame, resolve_level
-from sweeper.search.stored import objective_spec, objective_specs
+from sweeper.study.stored import objective_spec, objective_specs
 
 
 def format_leaderboard_table(study: optuna.Study, top: int, level: int | float | str | None = None,

@@ -14,7 +14,7 @@ from optuna.trial import TrialState
 
 from sweeper.spec.space import Space
 from sweeper.trial.gate import OutputSample, agree, judge, load_reference_file, write_reference_file
-from sweeper.search.stored import output_rejected
+from sweeper.study.stored import output_rejected
 
 REFERENCE_FILE = "reference.json"
 

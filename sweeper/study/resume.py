@@ -8,7 +8,7 @@ from typing import Any
 
 from sweeper.spec.space import Space, load_space, space_fingerprint
 from sweeper.errors import UserError
-from sweeper.search.stored import parse_stored_space
+from sweeper.study.stored import parse_stored_space
 
 
 def changed_paths(old: Any, new: Any, prefix: str = "") -> list[str]:

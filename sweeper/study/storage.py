@@ -30,7 +30,7 @@ from optuna.storages import RDBStorage
 from sqlalchemy.exc import SQLAlchemyError
 
 from sweeper.errors import UserError, import_optional
-from sweeper.fleet.leases import schema_lock
+from sweeper.study.lock import schema_lock
 from sweeper.interrupts import held_interrupts, stopping
 from sweeper.redact import redact_url
 

@@ -1,51 +1,34 @@
-"""The Optuna study: storage, sampler, the objective around a trial, dedupe, budget, resume."""
+"""A study in its storage: create, load and list studies, their space and host, the controller alive
+or not, and the installed engine's flags kept in the study."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
 import time
 import warnings
-from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Iterator, Protocol
+from typing import Protocol
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 import sweeper
-from sweeper.levels import Level, is_rate
 from sweeper.spec.hosts import HostSpec, load_hosts
 from sweeper.spec.space import Space, space_fingerprint
 from sweeper.engines import get_engine
 from sweeper.engines import installed
 from sweeper.engines.versions import deprecation_warnings
-from sweeper.errors import InfraError, PortClash, UserError, did_you_mean, import_optional
+from sweeper.errors import UserError, did_you_mean
 from sweeper.hosts import Host, ServerProcess
-from sweeper.hosts.base import LaunchIntent
 from sweeper.hosts.gpu import MODEL_QUERY, GpuParseError, format_gpu_model
-from sweeper.trial.gate import OutputSample
 from sweeper.hosts.procfs import process_alive, read_stat
-from sweeper.search.leftovers import INTENT_ATTR, build_intent_attr, stop_leftover_servers
-from sweeper.search.pareto import dominated_verdict
-from sweeper.search.reference import reference_samples, settle_reference as settle, use_reference_file
-from sweeper.search.record import constraint_values, judge_level, objective_values, outcome_attrs
-from sweeper.search.trials import best_trial, feasible_trials, is_evaluation, is_feasible
-from sweeper.results.provenance import engine_provenance
+from sweeper.study.provenance import engine_provenance
 from sweeper.redact import MASK, redact_env, redact_url
-from sweeper.search.local import ensure_proposed_by
-from sweeper.search.samplers import build_sampler
-from sweeper.search.storage import StorageBusy, open_storage
-from sweeper.interrupts import held_interrupts, interruptible, stopping
-from sweeper.search.stored import output_rejected, reference_text
-from sweeper.search.configs import config_key, suggest_config
-from sweeper.trial.pipeline import TrialContext, run_trial
-from sweeper.outcomes import FailureKind
+from sweeper.study.storage import open_storage
 
-MAX_RETRIES = 2
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
@@ -64,8 +47,6 @@ class FailedTrialLines(logging.Filter):
 logging.getLogger("optuna.study._optimize").addFilter(FailedTrialLines())
 
 
-# ---------------------------------------------------------------- where a study lives
-
 def study_dir(results_dir: Path, study_name: str) -> Path:
     return results_dir / study_name
 
@@ -80,10 +61,6 @@ def storage_url(results_dir: Path, study_name: str, storage: str | None) -> str:
 def study_exists(storage: optuna.storages.BaseStorage, name: str) -> bool:
     return any(s.study_name == name for s in optuna.get_all_study_summaries(storage))
 
-
-# ---------------------------------------------------------------- samplers
-
-# ---------------------------------------------------------------- events for the progress view
 
 class SweepEvents(Protocol):
     """A run's progress; `name` is how a line names the trial (trial_title)."""
@@ -100,8 +77,6 @@ def trial_title(trial: optuna.Trial | FrozenTrial) -> str:
     label = str(trial.user_attrs.get("label", ""))
     return f"sweep {label}" if label.startswith("trial ") else f"trial {trial.number}"
 
-
-# ---------------------------------------------------------------- creating and loading
 
 @dataclass
 class StudyHandle:
@@ -235,8 +210,6 @@ def load_study(name: str, results_dir: Path, storage: str | None) -> optuna.Stud
     return optuna.load_study(study_name=name, storage=open_study_storage(name, results_dir, storage))
 
 
-# ---------------------------------------------------------------- the controller lock
-
 def controller_identity() -> dict:
     stat = read_stat(os.getpid())
     return {"hostname": socket.gethostname(), "pid": os.getpid(),
@@ -250,253 +223,6 @@ def controller_alive(identity: dict | None) -> bool:
     if identity.get("pid") == os.getpid():
         return False
     return process_alive(int(identity["pid"]), identity.get("start_ticks"))
-
-
-# ---------------------------------------------------------------- running
-
-def evaluations(study: optuna.Study) -> int:
-    """Real evaluations so far: finished trials that launched a server (duplicates are free)."""
-    return sum(1 for t in study.get_trials(deepcopy=False) if is_evaluation(t))
-
-
-def find_duplicate(study: optuna.Study, key: str, number: int) -> FrozenTrial | None:
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
-        if t.number != number and t.user_attrs.get("config_key") == key and "duplicate_of" not in t.user_attrs:
-            return t
-    return None
-
-
-def passed_gate(outcome) -> bool:
-    """The trial's outputs passed the correctness gate (a later load or stop failure does not make
-    them wrong: they can still be the reference)."""
-    return bool(outcome.output_samples) and (outcome.failure is None or outcome.failure.stage in ("load", "stop"))
-
-
-def settle_reference(handle: StudyHandle, trial: optuna.Trial, samples: list[dict] | None) -> None:
-    """sweeper/search/reference.py: the named seed's outputs, or two agreeing configs', become the reference."""
-    settle(handle.study, handle.space, handle.dir, trial,
-           [OutputSample.from_dict(s) for s in samples] if samples else None)
-
-
-class TrialGate(Protocol):
-    """What a shared study (sweeper/fleet/workers.py) adds around a trial: a claim instead of the plain
-    dedupe, and host leases while the server runs."""
-
-    def admit(self, trial: optuna.Trial, config: dict, key: str) -> FrozenTrial | None: ...
-    def hold(self, trial: optuna.Trial, config: dict) -> ContextManager[HostSpec]: ...
-    def server_started(self, trial: optuna.Trial, proc: ServerProcess) -> None: ...
-
-
-REPEATS_ATTR = "repeats"  # a queued run's in-launch repeats per level (the campaign's choice)
-
-
-def space_for_trial(space: Space, trial: optuna.Trial) -> Space:
-    """The space a trial runs: the study's, with the in-launch repeats it was queued with."""
-    repeats = trial.user_attrs.get(REPEATS_ATTR)
-    if not repeats or repeats == space.workload.repeats:
-        return space
-    return space.model_copy(update={"workload": space.workload.model_copy(update={"repeats": int(repeats)})})
-
-
-def make_objective(handle: StudyHandle, host: Host, events: SweepEvents,
-                   gate: TrialGate | None = None) -> Callable[[optuna.Trial], float | list[float]]:
-    """The function Optuna calls per trial: one value, or the Pareto mode's two."""
-    space, study = handle.space, handle.study
-    engine = get_engine(space.engine)
-    known_flags = installed_flags(study, space, host)
-    space_path = study.user_attrs.get("space_path")
-    use_reference_file(study, space, handle.dir, Path(space_path).parent if space_path else None)
-
-    def objective(trial: optuna.Trial) -> float | list[float]:
-        try:
-            with interruptible():  # a Ctrl-C held since Optuna's ask is raised here
-                return run_one(trial)
-        except KeyboardInterrupt:
-            with suppress(StorageBusy):  # locked by another process: `resume` marks the trial instead
-                trial.set_user_attr("interrupted", True)  # the server was stopped by run_trial's finally
-            raise
-
-    def run_one(trial: optuna.Trial) -> float | list[float]:
-        config = suggest_config(trial, space)
-        key = config_key(config)
-        trial.set_user_attr("config_key", key)
-        trial.set_user_attr("host", handle.host_name)
-        ensure_proposed_by(trial, study.user_attrs.get("sampler", space.search.sampler))
-        repeat = trial.user_attrs.get("measure_again")  # ablation and finalist repeats are measured
-        if not repeat and (duplicate := find_duplicate(study, key, trial.number) if gate is None
-                           else gate.admit(trial, config, key)):
-            return _copy_duplicate(trial, duplicate)
-        if not repeat and (reason := (study.user_attrs.get("warm_start") or {}).get("broken", {}).get(key)):
-            return _skip_known_broken(trial, space, reason)
-        events.trial_started(trial_title(trial), evaluations(study) + 1, handle.budget, config)
-        trial_dir = handle.dir / "trials" / str(trial.number)
-        trial_dir.mkdir(parents=True, exist_ok=True)
-        (trial_dir / "config.json").write_text(json.dumps(config, indent=2))
-        watch = TrialWatch(handle, trial, events, gate)
-        try:
-            with gate.hold(trial, config) if gate is not None else nullcontext(handle.host_spec) as host_spec:
-                ctx = TrialContext(space=space_for_trial(space, trial), engine=engine, host=host, host_spec=host_spec,
-                                   trial_dir=trial_dir, reference_samples=reference_samples(study),
-                                   on_stage=watch.on_stage, on_intent=watch.on_intent, on_started=watch.on_started,
-                                   on_level=watch.on_level,
-                                   known_servers=lambda: study_servers(study, handle.host_name),
-                                   known_flags=known_flags,
-                                   avoid_ports=frozenset(trial.user_attrs.get("avoid_ports", ())))
-                outcome = run_trial(ctx, config)
-        except InfraError as exc:
-            trial.set_user_attr("infra_error", str(exc))
-            attrs = {**trial.user_attrs, **retry_attrs(exc, trial.user_attrs)}
-            enqueue_retry(study, trial.number, trial.params, attrs)
-            raise
-        values = record_outcome(handle, trial, config, outcome, trial_dir)
-        events.trial_finished(trial_title(trial), _summary(outcome, values), _best_value(study))
-        if outcome.failure and outcome.failure.kind == FailureKind.ABANDONED:
-            raise optuna.TrialPruned(outcome.failure.message)  # a partial result, recorded as such
-        return values if space.is_pareto else values[0]
-
-    return objective
-
-
-class TrialWatch:
-    """What the study hears from a running trial: its stage and server (kept in the trial, so
-    `show` and `resume` see them) and each level's metrics (reported to the pruner, or judged
-    against the front in the Pareto mode)."""
-
-    def __init__(self, handle: StudyHandle, trial: optuna.Trial, events: SweepEvents, gate: TrialGate | None):
-        self.handle, self.trial, self.events, self.gate = handle, trial, events, gate
-        self.measured: dict[Level, dict] = {}
-
-    def on_stage(self, stage: str) -> None:
-        with suppress(StorageBusy):  # what `show` displays; never a reason to skip a stage (the stop)
-            self.trial.set_user_attr("stage", stage)
-        self.events.stage(trial_title(self.trial), stage)
-
-    def on_intent(self, intent: LaunchIntent) -> None:
-        self.trial.set_user_attr(INTENT_ATTR, build_intent_attr(intent, self.trial.number))
-
-    def on_started(self, proc: ServerProcess) -> None:
-        self.trial.set_user_attr("process", proc.to_dict())
-        if self.gate is not None:
-            self.gate.server_started(self.trial, proc)
-
-    def on_level(self, level: Level, metrics: dict):
-        """None to go on, or the Failure that abandons the rest of the ladder."""
-        self.measured[level] = metrics
-        self.events.level(trial_title(self.trial), level, metrics)
-        space, study = self.handle.space, self.handle.study
-        if space.is_pareto:  # Optuna has no intermediate values in multi-objective studies
-            return judge_level(space, level, metrics, None) or dominated_verdict(space, self.measured,
-                                                                                 _front_points(study))
-        value = metrics.get(space.objective.metric)
-        if value is not None and metrics.get("valid"):
-            # Optuna's steps are ints: C itself, or a rate's place in the ladder (1, 2, ...)
-            step = space.workload.levels.index(level) + 1 if is_rate(level) else level
-            self.trial.report(float(value), step=step)
-        return judge_level(space, level, metrics, _best_value(study))
-
-
-def record_outcome(handle: StudyHandle, trial: optuna.Trial, config: dict, outcome, trial_dir: Path) -> list[float]:
-    """The outcome into the study (attrs, constraints, the reference) and outcome.json; its values."""
-    for name, value in outcome_attrs(outcome).items():
-        trial.set_user_attr(name, value)
-    for name, value in constraint_values(outcome, handle.space).items():
-        trial.set_constraint(name, value)
-    settle_reference(handle, trial, outcome.output_samples if passed_gate(outcome) else None)
-    values = objective_values(handle.space, outcome)
-    (trial_dir / "outcome.json").write_text(json.dumps(
-        {"config": config, "value": values[0], "values": values, **outcome_attrs(outcome)}, indent=2, default=str))
-    trial.set_user_attr("stage", "done")
-    return values
-
-
-def _copy_duplicate(trial: optuna.Trial, duplicate: FrozenTrial) -> float | list[float]:
-    """The earlier trial's values (both, in the Pareto mode) and constraints."""
-    trial.set_user_attr("duplicate_of", duplicate.number)
-    if duplicate.state == TrialState.PRUNED:
-        raise optuna.TrialPruned(f"duplicate of abandoned trial {duplicate.number}")
-    for name, value in (duplicate.constraints or {}).items():
-        trial.set_constraint(name, value)
-    return list(duplicate.values) if len(duplicate.values) > 1 else duplicate.values[0]
-
-
-def _skip_known_broken(trial: optuna.Trial, space: Space, reason: str) -> float | list[float]:
-    """A config an earlier study proved broken (warm start): infeasible without a launch, so it
-    costs no evaluation and the sampler still learns the region fails."""
-    from sweeper.search.record import worst_value
-
-    trial.set_user_attr("skipped_broken", reason)
-    trial.set_user_attr("stage", "done")
-    trial.set_constraint("config_fault", 1.0)
-    trial.set_constraint("slo", 0.0)
-    values = [worst_value(g.direction) for g in space.goals]
-    return values if space.is_pareto else values[0]
-
-
-def _summary(outcome, values: list[float]) -> str:
-    if outcome.failure:
-        return f"infeasible: {outcome.failure.stage}/{outcome.failure.kind}"
-    return ", ".join(f"{v:.2f}" for v in values)
-
-
-def _best_value(study: optuna.Study) -> float | None:
-    """The best first objective (in the Pareto mode: the front's best throughput)."""
-    best = best_trial(study)
-    return best.values[0] if best else None
-
-
-def _front_points(study: optuna.Study) -> list[tuple[int, float, float]]:
-    """(trial, throughput, latency) of the feasible trials: what a Pareto-mode trial must beat."""
-    return [(t.number, t.values[0], t.values[1]) for t in feasible_trials(study)]
-
-
-def retry_attrs(exc: InfraError, user_attrs: dict) -> dict:
-    """What the retry of a trial that failed with `exc` must know: after a port clash, the base
-    ports to stay off (the clashed one added to those its own retries already avoid)."""
-    if isinstance(exc, PortClash):
-        return {"avoid_ports": sorted({*user_attrs.get("avoid_ports", ()), exc.port})}
-    return {}
-
-
-def enqueue_retry(study: optuna.Study, number: int, params: dict, user_attrs: dict, counted: bool = True) -> bool:
-    """Queue the config of a trial that failed for infrastructure reasons, at most MAX_RETRIES times.
-    An uncounted retry (the controller died or was stopped: nothing the config did) keeps its
-    attempt number, so a config interrupted any number of times is still measured."""
-    attempt = int(user_attrs.get("attempt", 0)) + (1 if counted else 0)
-    if counted and attempt > MAX_RETRIES:
-        return False
-    # a re-measured run (finalist, ablation lever) keeps its label and stays a re-measurement
-    carried = {k: user_attrs[k] for k in ("seed", "avoid_ports", "label", "measure_again") if k in user_attrs}
-    study.enqueue_trial(params, user_attrs={**carried, "retry_of": number, "attempt": attempt})
-    return True
-
-
-class BudgetCallback:
-    """Stops the study once the budget of real evaluations is spent (across restarts)."""
-
-    def __init__(self, budget: int):
-        self.budget = budget
-
-    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        if evaluations(study) >= self.budget:
-            study.stop()
-
-
-def run_sweep(handle: StudyHandle, host: Host, events: SweepEvents, sampler_seed: int | None = None,
-              time_budget_s: float | None = None) -> None:
-    """Run trials until the budget of evaluations is spent, the sampler runs out of configs, or
-    this run's time budget passes (checked between trials)."""
-    study = handle.study
-    name = study.user_attrs.get("sampler", handle.space.search.sampler)
-    study.sampler = build_sampler(handle.space, handle.budget, name, sampler_seed)
-    study.set_user_attr("controller", controller_identity())
-    remaining = handle.budget - evaluations(study)
-    if remaining <= 0:
-        return
-    # Duplicates and rule-excluded configs are free, so allow many more trials than evaluations.
-    with interrupted_trials_failed(study):
-        study.optimize(make_objective(handle, host, events), n_trials=remaining * 20 + 20,
-                       timeout=time_budget_s, callbacks=[BudgetCallback(handle.budget)],
-                       catch=(InfraError,), gc_after_trial=False)
 
 
 def probe_gpu_model(host: Host) -> str:
@@ -533,99 +259,3 @@ def installed_flags(study: optuna.Study, space: Space, host: Host) -> dict[str, 
         study.set_user_attr("engine_warnings", deprecated)  # `sweeper show` lists them
     return flags
 
-
-def enqueue_runs(study: optuna.Study, runs: list[tuple[str, dict]], seed_label: str | None = None,
-                 measure_again: bool = True, repeats: int | None = None) -> None:
-    """Queue configs to be measured as given (no dedupe): ablation levers, finalist repeats; with
-    `measure_again=False`, seeds of a search (warm start: a config already in the study is a duplicate).
-    `repeats`: in-launch repeats of each level for these runs (None: the space's)."""
-    for label, params in runs:
-        attrs = {"label": label, "measure_again": True} if measure_again else {"seed": label}
-        if seed_label is not None and label == seed_label:
-            attrs["seed"] = seed_label
-        if repeats is not None:
-            attrs[REPEATS_ATTR] = repeats
-        study.enqueue_trial(params, user_attrs=attrs)
-
-
-def run_queue(handle: StudyHandle, host: Host, events: SweepEvents) -> None:
-    """Run exactly the queued trials (and nothing the sampler would propose)."""
-    study = handle.study
-    study.set_user_attr("controller", controller_identity())
-    waiting = len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
-    if waiting:
-        with interrupted_trials_failed(study):
-            study.optimize(make_objective(handle, host, events), n_trials=waiting, catch=(InfraError,),
-                           gc_after_trial=False)
-
-
-def measured_runs(study: optuna.Study) -> list[tuple[str, float | None]]:
-    """(label, objective or None when the run failed) of every labelled, finished trial."""
-    return [(label, values[0] if values else None) for label, values in measured_values(study)]
-
-
-def measured_values(study: optuna.Study) -> list[tuple[str, list[float] | None]]:
-    """(label, every objective's value, or None when the run failed) of every labelled, finished
-    trial: the Pareto mode has two."""
-    reference = reference_text(study)
-    rejected = output_rejected(study)
-    return [(t.user_attrs["label"], list(t.values) if is_feasible(t, reference, rejected) else None)
-            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if "label" in t.user_attrs]
-
-
-# ---------------------------------------------------------------- recovery after a dead controller
-
-def queued_params(trial: FrozenTrial) -> dict:
-    """The config a trial was to measure: its suggested params, or (killed before it suggested
-    any) the params it was queued with."""
-    return dict(trial.params) or dict(trial.system_attrs.get("fixed_params") or {})
-
-
-def fail_running_trials(study: optuna.Study) -> list[int]:
-    """Mark the RUNNING trials interrupted and failed (a study with one controller: they are its
-    own, or a dead one's); their numbers."""
-    numbers = []
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        # Optuna has no public setter for another process's trial attrs; the storage API is stable.
-        study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
-        study.tell(t.number, state=TrialState.FAIL)
-        numbers.append(t.number)
-    return numbers
-
-
-@contextmanager
-def interrupted_trials_failed(study: optuna.Study) -> Iterator[None]:
-    """Around study.optimize: a signal is held outside the objective (make_objective's is
-    interruptible), since a KeyboardInterrupt within Optuna's ask or tell leaves the trial RUNNING
-    or crashes Optuna's bookkeeping (UnboundLocalError); held, it is raised as the next objective
-    starts (Optuna records that trial failed) or when optimize returns. A trial still RUNNING then
-    is marked interrupted, as far as a storage locked by another process allows (`resume` marks
-    it otherwise)."""
-    try:
-        with held_interrupts():
-            yield
-    except KeyboardInterrupt:
-        with suppress(StorageBusy):
-            fail_running_trials(study)
-        raise
-    except Exception as exc:  # Optuna's tell of the interrupted trial failed on a locked storage
-        if not stopping():
-            raise
-        raise StorageBusy(f"the interrupted trial is left RUNNING for `sweeper resume` ({exc})") from exc
-
-
-def recover_interrupted(study: optuna.Study, host: Host, grace_s: float) -> list[str]:
-    """Stop servers left by a dead controller, mark its RUNNING trials failed, and queue every
-    interrupted or infrastructure-failed trial for a re-run. Returns what was done."""
-    # Every launch's intent is in the study before its spawn: a server is found by its run token
-    # whatever the moment its controller died (one scan of the host for all of them).
-    notes = stop_leftover_servers(host, study.get_trials(deepcopy=False), grace_s)
-    notes += [f"trial {n} was interrupted: marked failed" for n in fail_running_trials(study)]
-    already = {t.user_attrs.get("retry_of") for t in study.get_trials(deepcopy=False)}
-    for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
-        interrupted = t.user_attrs.get("interrupted")
-        if ((interrupted or t.user_attrs.get("infra_error")) and t.number not in already
-                and enqueue_retry(study, t.number, queued_params(t), t.user_attrs, counted=not interrupted)):
-            notes.append(f"trial {t.number} queued to run again")
-    return notes

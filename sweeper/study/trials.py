@@ -12,7 +12,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.errors import UserError
 from sweeper.search.pareto import front_keys
-from sweeper.search.stored import output_rejected, reference_text
+from sweeper.study.stored import output_rejected, reference_text
 
 
 

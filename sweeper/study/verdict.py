@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import optuna
 from optuna.trial import TrialState
 
-from sweeper.search.trials import best_trial, feasible_trials, is_evaluation
+from sweeper.study.trials import best_trial, feasible_trials, is_evaluation
 
 
 # A copy, a config the space's own rules exclude (free), or a measured one (an SLO it broke is a

@@ -16,9 +16,11 @@ from sweeper.outcomes import HOST_BOUND_KINDS
 from sweeper.redact import redact_url
 from sweeper.spec.space import Space
 from sweeper.search.configs import config_key, config_problem, with_derived
-from sweeper.search.reference import adopt_reference, reference_samples
-from sweeper.search.stored import output_rejected, stored_space
-from sweeper.search.trials import ranked_trials
+from sweeper.study.reference import adopt_reference, reference_samples
+from sweeper.study.stored import output_rejected, stored_space
+from sweeper.study.trials import ranked_trials
+from sweeper.study.store import enqueue_space_seeds, load_study
+from sweeper.study.runs import enqueue_runs
 
 WARM_TOP = 3  # feasible configs taken from each earlier study
 
@@ -35,8 +37,6 @@ def parse_warm_source(text: str) -> tuple[str, str | None]:
 
 
 def load_warm_sources(texts: list[str], results: Path) -> list[optuna.Study]:
-    from sweeper.search.study import load_study
-
     return [load_study(name, results, url) for name, url in map(parse_warm_source, texts)]
 
 
@@ -104,8 +104,6 @@ def build_warm_start(space: Space, sources: list[optuna.Study], top: int = WARM_
 def apply_warm_start(study: optuna.Study, study_dir: Path, space: Space, warm: WarmStart,
                      sources: list[str]) -> None:
     """Seeds first (before the space's own), the broken configs and the reference into the study."""
-    from sweeper.search.study import enqueue_runs, enqueue_space_seeds
-
     enqueue_runs(study, warm.seeds, measure_again=False)
     enqueue_space_seeds(study, space)
     if warm.reference is not None and space.check.mode != "none":

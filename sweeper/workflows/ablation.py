@@ -17,9 +17,12 @@ import optuna
 
 from sweeper.errors import UserError
 from sweeper.spec.space import Space
-from sweeper.search.trials import ranked_trials
+from sweeper.study.trials import ranked_trials
 from sweeper.search.configs import config_key, is_active, parameter_values
-from sweeper.search.confidence import ALPHA, t95  # ALPHA: also the false discovery rate across levers
+from sweeper.study.confidence import ALPHA, t95  # ALPHA: also the false discovery rate across levers
+from sweeper.search.pareto import front_keys
+from sweeper.loadgen.metrics import coefficient_of_variation
+from sweeper.study.confidence import MAX_REPEATS, POWER, repeats_to_detect, ttest_power
 
 
 def sampled_config(space: Space, values: dict[str, Any]) -> dict[str, Any]:
@@ -150,8 +153,6 @@ def summarize_pareto_finalists(runs: Sequence[tuple[str, list[float] | None]]) -
     """The Pareto mode: one row per finalist with the mean and 95% CI of both objectives
     (throughput up, latency down) over its repeats, and whether its means are still on the front
     of the finalists' means. Front first, then by throughput."""
-    from sweeper.search.pareto import front_keys
-
     by_label: dict[str, list[list[float] | None]] = {}
     for label, values in runs:
         by_label.setdefault(label, []).append(values)
@@ -176,9 +177,6 @@ def repeats_for_noise(pilot: Sequence[float | None]) -> dict:
     """The runs per config that detect a DETECT change at the noise (CV) of the baseline's first
     runs (two-sided t test at ALPHA, power POWER), with the sentence that says so. Raises when
     fewer than two of them succeeded."""
-    from sweeper.loadgen.metrics import coefficient_of_variation
-    from sweeper.search.confidence import MAX_REPEATS, POWER, repeats_to_detect, ttest_power
-
     ok = [v for v in pilot if v is not None]
     if len(ok) < 2:
         raise UserError(f"--baseline: {len(pilot) - len(ok)} of {len(pilot)} first runs of the baseline failed, "

@@ -19,15 +19,21 @@ from optuna.trial import TrialState
 
 from sweeper.errors import UserError
 from sweeper.hosts import Host, open_host
-from sweeper.search.ablation import Measured, finalist_runs
-from sweeper.search.study import (StudyHandle, SweepEvents, evaluations, load_study,
-                                  measured_runs, recover_interrupted, run_queue, run_sweep, study_exists,
-                                  open_storage, storage_url)
-from sweeper.search.trials import is_pareto_study, ranked_trials
-from sweeper.search.noise import NoiseFloor, best_repeats
-from sweeper.search.validation import (PLANNED_ATTR, create_validation_study, enqueue_planned, is_half_made,
+from sweeper.workflows.ablation import Measured, finalist_runs
+from sweeper.study.store import StudyHandle, SweepEvents, load_study, study_exists, storage_url
+from sweeper.study.storage import open_storage
+from sweeper.study.objective import evaluations
+from sweeper.study.runs import measured_runs, recover_interrupted, run_queue, run_sweep
+from sweeper.study.trials import is_pareto_study, ranked_trials
+from sweeper.study.noise import NoiseFloor, best_repeats
+from sweeper.workflows.validation import (PLANNED_ATTR, create_validation_study, enqueue_planned, is_half_made,
                                        launch_costs, noise_floor_of, plan_runs, plan_validation, record_noise_floor,
                                        record_validation)
+from sweeper.profile.command import PROFILE_ATTR_PREFIX, profile_study_trial
+from sweeper.profile.control import PROFILERS
+from sweeper.results.campaign_summary import build_campaign_summary
+from sweeper.results.report import build_report, write_report
+from sweeper.results.script import best_launch_script
 
 PHASES = ("sweep", "validate", "profile", "report", "script", "done")
 PHASE_ATTR = "campaign_phase"
@@ -240,9 +246,6 @@ class Campaign:
     def profile_launches(self) -> int:
         """The launch the profile phase will spend (held back from validation's share): 1 where the
         engine has a profiler and no profile is stored yet."""
-        from sweeper.profile.command import PROFILE_ATTR_PREFIX
-        from sweeper.profile.control import PROFILERS
-
         stored = any(key.startswith(PROFILE_ATTR_PREFIX) for key in self.study.user_attrs)
         return int(self.handle.space.engine in PROFILERS and not stored)
 
@@ -251,9 +254,6 @@ class Campaign:
         return int(verdict["winner"].split()[-1])
 
     def profile(self) -> dict:
-        from sweeper.profile.command import PROFILE_ATTR_PREFIX, profile_study_trial
-        from sweeper.profile.control import PROFILERS
-
         winner = self.winner()
         engine = self.handle.space.engine
         if engine not in PROFILERS:
@@ -270,9 +270,6 @@ class Campaign:
                                                                        result.record["groups"]}}
 
     def report(self) -> dict:
-        from sweeper.results.campaign_summary import build_campaign_summary
-        from sweeper.results.report import build_report, write_report
-
         validation = load_study(campaign_record(self.study)["phases"]["validate"]["study"],
                                 self.handle.results_dir, self.storage)
         self.study.set_user_attr("campaign_summary", build_campaign_summary(self.study, validation))
@@ -280,8 +277,6 @@ class Campaign:
         return {"files": [str(p) for p in written[:2]]}
 
     def script(self) -> dict:
-        from sweeper.results.script import best_launch_script
-
         winner = self.winner()
         trial = next(t for t in self.study.get_trials(deepcopy=False) if t.number == winner)
         text = best_launch_script(self.study, self.handle.space, self.handle.host_spec, trial)

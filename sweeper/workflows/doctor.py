@@ -18,7 +18,7 @@ from sweeper.hosts.gate import format_holders
 from sweeper.hosts.gpu import MODEL_QUERY, GpuParseError, GpuSnapshot, gpus_needed, holders_above, parse_gpu_names
 from sweeper.redact import redact_env, redacted_command_line
 from sweeper.search.configs import parameter_values, with_derived
-from sweeper.search.ablation import sampled_config
+from sweeper.workflows.ablation import sampled_config
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.expr import Missing, parse_expr
 from sweeper.spec.rules import excluded_by_rule, violated_constraints

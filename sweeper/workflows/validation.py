@@ -14,10 +14,11 @@ from optuna.trial import TrialState
 
 from sweeper.levels import Level, level_key
 from sweeper.spec.hosts import HostSpec
-from sweeper.search.ablation import ALPHA, Measured, mean_ci, summarize_finalists, welch_p
-from sweeper.search.noise import NOISE_FLOOR_ATTR, NoiseFloor, pooled_noise
-from sweeper.search.stored import parse_stored_space
-from sweeper.search.study import StudyHandle, create_study, enqueue_runs, measured_runs, measured_values
+from sweeper.workflows.ablation import ALPHA, Measured, mean_ci, summarize_finalists, welch_p
+from sweeper.study.noise import NOISE_FLOOR_ATTR, NoiseFloor, pooled_noise
+from sweeper.study.stored import parse_stored_space
+from sweeper.study.store import StudyHandle, create_study
+from sweeper.study.runs import enqueue_runs, measured_runs, measured_values
 
 REFERENCE_ATTRS = ("reference_text", "reference_samples", "reference_source")
 SOURCE_ATTR = "validation_of"  # the last write of a validation study's set-up: without it, the set-up was cut short

@@ -77,7 +77,7 @@ def test_campaign_runs_every_phase_and_heads_the_report_with_the_summary(ccli):
     labels = [t.user_attrs["label"] for t in validation.trials]
     assert summary["launches"]["validation"] == sum(1 for t in validation.trials if t.user_attrs.get("launched"))
     assert summary["launches"]["profile"] == 1 and summary["launches"]["total"] <= 12, summary["launches"]
-    from sweeper.search.trials import ranked_trials
+    from sweeper.study.trials import ranked_trials
 
     first_round = [f"trial {t.number}" for t in ranked_trials(study)[:2]]
     assert labels[:2 * len(first_round)] == first_round * 2  # interleaved rounds, best first

@@ -18,7 +18,7 @@ import optuna
 import pytest
 
 from sweeper.results.report_data import build_report_data
-from sweeper.search.trials import ranked_trials
+from sweeper.study.trials import ranked_trials
 from tests.e2e.test_campaign import SPACE
 
 pytestmark = pytest.mark.slow

@@ -19,7 +19,7 @@ import yaml
 from optuna.trial import TrialState
 
 from sweeper.hosts.procfs import live_group_members
-from sweeper.search.trials import is_evaluation
+from sweeper.study.trials import is_evaluation
 from tests.support.spaces import TINY_SPACE
 from tests.support.sshd import start_sshd
 from tests.support.waiting import wait_for

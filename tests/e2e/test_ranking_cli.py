@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from sweeper.search.confidence import repeats_to_detect
-from sweeper.search.study import load_study, measured_runs
+from sweeper.study.confidence import repeats_to_detect
+from sweeper.study.store import load_study
+from sweeper.study.runs import measured_runs
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow

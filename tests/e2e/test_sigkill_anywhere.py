@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from optuna.trial import TrialState
 
-from sweeper.search.trials import best_trial
+from sweeper.study.trials import best_trial
 from tests.support.faults import (AfterStart, AtLine, AtStage, BetweenSpawnAndRecord, WhenStored, kill_and_resume,
                                   servers_left, study_attr, sweep_moments, token_processes)
 

@@ -1,5 +1,5 @@
 """Ports of the engine's own, against the real simulator in a real study (trial/launch.py,
-search/study.py): the preflight steps over a base port whose internal port another process holds,
+sweeper/study/store.py): the preflight steps over a base port whose internal port another process holds,
 and a port taken between the preflight and the bind is an infrastructure fault, retried on another
 base port, never a config made infeasible. With DP attention the sim binds SGLang's TCP ports
 --port + 233 .. + 238 (sim/ports.py) and logs SGLang's own lines when one is held."""
@@ -15,8 +15,9 @@ import optuna
 import pytest
 
 from sweeper.hosts.local import LocalHost
-from sweeper.search.study import create_study, run_sweep
-from sweeper.search.trials import feasible_trials
+from sweeper.study.store import create_study
+from sweeper.study.runs import run_sweep
+from sweeper.study.trials import feasible_trials
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import parse_space
 from tests.support.paths import ROOT

@@ -18,7 +18,7 @@ import pytest
 from optuna.storages._heartbeat import HeartbeatThread
 
 from sweeper.cli.common import interrupts_as_keyboard
-from sweeper.search.study import open_storage
+from sweeper.study.storage import open_storage
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 # study.ask outside Study.optimize, with the sweep's heartbeat configured, is what these tests do
@@ -90,7 +90,7 @@ def test_a_local_sqlite_study_is_in_wal_mode_with_a_short_busy_timeout(tmp_path)
 
 
 def test_on_a_network_file_system_the_rollback_journal_is_kept(tmp_path):
-    from sweeper.search.storage import file_system_type, journal_mode_for
+    from sweeper.study.storage import file_system_type, journal_mode_for
 
     mounts = ("/dev/sda1 / ext4 rw 0 0\nserver:/export /mnt/shared nfs4 rw 0 0\n"
               "host:/home /mnt/shared/sshfs fuse.sshfs rw 0 0\n")
@@ -113,7 +113,7 @@ def test_a_reader_holding_the_file_never_blocks_the_sweeps_writes(tmp_path):
 
 
 def test_a_transient_write_lock_is_waited_for_and_a_stuck_one_is_a_clear_error(tmp_path, monkeypatch):
-    from sweeper.search.storage import StorageBusy, StudyStorage
+    from sweeper.study.storage import StorageBusy, StudyStorage
 
     path = tmp_path / "study.db"
     _, study, trial = new_trial(f"sqlite:///{path}")
@@ -182,7 +182,7 @@ def held_pg_row(url: str, trial_id: int, seconds: float | None = None):
 
 
 def test_postgresql_a_row_lock_is_waited_for_then_a_clear_error(pg_url, monkeypatch):
-    from sweeper.search.storage import StorageBusy, StudyStorage
+    from sweeper.study.storage import StorageBusy, StudyStorage
 
     _, study, trial = new_trial(pg_url)
     with held_pg_row(pg_url, trial._trial_id, seconds=2.5):

@@ -7,7 +7,7 @@ import random
 import pytest
 from scipy import stats
 
-from sweeper.search.ablation import Measured, mean_ci, summarize_ablation, t95
+from sweeper.workflows.ablation import Measured, mean_ci, summarize_ablation, t95
 
 
 @pytest.mark.parametrize("df", [1, 2, 5, 30, 31, 60, 120, 1000])

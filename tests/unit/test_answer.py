@@ -16,8 +16,8 @@ from sweeper.results.report_sections import build_top_section
 from sweeper.results.script import best_launch_script
 from sweeper.results.show import build_best_record, build_show_record
 from sweeper.results.table import format_leaderboard_table
-from sweeper.search.ablation import Measured, summarize_finalists
-from sweeper.search.study import trial_title
+from sweeper.workflows.ablation import Measured, summarize_finalists
+from sweeper.study.store import trial_title
 from sweeper.spec.hosts import HostSpec
 from sweeper.trial.pipeline import TrialOutcome
 from tests.unit.test_leaderboard import SPACE, level, make_study, record

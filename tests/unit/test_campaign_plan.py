@@ -3,10 +3,10 @@ runs and of which finalists, when a sweep candidate joins, and when the top is d
 
 from __future__ import annotations
 
-from sweeper.search.ablation import Measured
+from sweeper.workflows.ablation import Measured
 from sweeper.search.configs import config_problem
-from sweeper.search.validation import plan_validation
-from sweeper.search.warm import parse_warm_source
+from sweeper.workflows.validation import plan_validation
+from sweeper.study.warm import parse_warm_source
 from sweeper.spec.space import parse_space
 from tests.support.spaces import TINY_SPACE
 
@@ -76,8 +76,8 @@ def test_warm_start_sources_are_names_or_urls_with_the_name_after_a_hash():
 def test_a_round_planned_then_half_queued_is_completed_once_in_the_planned_order():
     import optuna
 
-    from sweeper.search.study import enqueue_runs
-    from sweeper.search.validation import enqueue_planned, is_half_made, plan_runs
+    from sweeper.study.runs import enqueue_runs
+    from sweeper.workflows.validation import enqueue_planned, is_half_made, plan_runs
 
     study = optuna.create_study()
     assert is_half_made(study)  # no source recorded, nothing queued

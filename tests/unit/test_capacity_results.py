@@ -16,7 +16,7 @@ from sweeper.results.leaderboard import leaderboard_frame, study_levels
 from sweeper.results.report import build_report
 from sweeper.results.report_data import build_report_data
 from sweeper.results.table import format_leaderboard_table
-from sweeper.search.record import constraint_values, objective_value, outcome_attrs
+from sweeper.study.record import constraint_values, objective_value, outcome_attrs
 from sweeper.spec.space import parse_space
 from sweeper.trial.ladder import per_gpu_fields
 from sweeper.trial.pipeline import TrialOutcome

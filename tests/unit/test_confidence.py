@@ -10,8 +10,8 @@ import pytest
 from scipy import stats
 
 from sweeper.errors import UserError
-from sweeper.search.ablation import Measured, repeats_for_noise, summarize_finalists
-from sweeper.search.confidence import (Estimate, level_estimate, repeats_to_detect, sample_estimate, tie,
+from sweeper.workflows.ablation import Measured, repeats_for_noise, summarize_finalists
+from sweeper.study.confidence import (Estimate, level_estimate, repeats_to_detect, sample_estimate, tie,
                                        trial_estimate, ttest_power, validated_estimate)
 
 A = [1245.0, 1239.0, 1251.0, 1242.0]

@@ -120,7 +120,7 @@ def test_a_postgres_storage_without_psycopg_names_the_extra(monkeypatch):
     import sys
 
     from sweeper.errors import UserError
-    from sweeper.search.study import open_storage
+    from sweeper.study.storage import open_storage
 
     monkeypatch.setitem(sys.modules, "psycopg", None)  # the import fails as when it is not installed
     with pytest.raises(UserError) as info:

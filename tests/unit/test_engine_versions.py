@@ -158,7 +158,7 @@ def test_the_study_reads_the_help_once_per_version_and_keeps_deprecation_warning
     import optuna
 
     from sweeper.hosts.local import LocalHost
-    from sweeper.search.study import installed_flags
+    from sweeper.study.store import installed_flags
 
     shim = tmp_path / "python"
     shim.write_text(f"""#!/bin/sh

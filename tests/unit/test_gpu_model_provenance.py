@@ -7,7 +7,7 @@ import pytest
 
 from sweeper.hosts.base import CommandResult
 from sweeper.hosts.gpu import MODEL_QUERY, GpuParseError, format_gpu_model
-from sweeper.search.study import probe_gpu_model
+from sweeper.study.store import probe_gpu_model
 
 REAL = (Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "nvidia_smi_idle.gpu.csv").read_text()
 

@@ -1,7 +1,7 @@
 """Early abandon and SLOs: pure judgements on a measured level."""
 
 from sweeper.spec.space import parse_space
-from sweeper.search.record import constraint_values, judge_level, slo_excess
+from sweeper.study.record import constraint_values, judge_level, slo_excess
 from sweeper.trial.pipeline import Failure, TrialOutcome
 
 SPACE = parse_space("""\

@@ -6,8 +6,8 @@ import optuna
 from optuna.trial import TrialState
 
 from sweeper.spec.space import parse_space
-from sweeper.search.record import constraint_values, objective_value, outcome_attrs
-from sweeper.search.trials import best_trial
+from sweeper.study.record import constraint_values, objective_value, outcome_attrs
+from sweeper.study.trials import best_trial
 from sweeper.results.leaderboard import leaderboard_frame
 from sweeper.trial.pipeline import Failure, TrialOutcome
 

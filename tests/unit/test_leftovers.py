@@ -4,8 +4,8 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
 from sweeper.hosts.base import LaunchIntent
-from sweeper.search.leftovers import build_intent_attr, trial_launches
-from sweeper.search.study import queued_params
+from sweeper.study.recovery import build_intent_attr, trial_launches
+from sweeper.study.runs import queued_params
 
 
 def trial(number, **attrs):

@@ -1,4 +1,4 @@
-"""A study's noise floor (search/noise.py), the campaign's choice of in-launch repeats from it, the
+"""A study's noise floor (sweeper/study/noise.py), the campaign's choice of in-launch repeats from it, the
 simulator's between/within-launch noise, and where a level's measurement mode comes from."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from sweeper.engines import get_engine
 from sweeper.engines.vllm import VLLMEngine
-from sweeper.search.noise import NoiseFloor, best_repeats, pooled_noise, variance_components
+from sweeper.study.noise import NoiseFloor, best_repeats, pooled_noise, variance_components
 from sweeper.sim.scheduler import Jitter
 from sweeper.spec.space import DEFAULT_STEADY_PRECISION, Workload
 

@@ -11,19 +11,19 @@ import optuna
 import pandas as pd
 import pytest
 
-from sweeper.search.ablation import summarize_pareto_finalists
+from sweeper.workflows.ablation import summarize_pareto_finalists
 from sweeper.spec.space import load_space, parse_space, space_fingerprint
 from sweeper.errors import ConfigError, UserError
 from sweeper.search.pareto import dominated_verdict, dominates, front_keys
-from sweeper.search.record import constraint_values, judge_level, objective_values, outcome_attrs
+from sweeper.study.record import constraint_values, judge_level, objective_values, outcome_attrs
 from sweeper.results.export import build_export_frame, export_dtypes, write_export
 from sweeper.results.importance import build_param_importances
-from sweeper.search.trials import best_trial
-from sweeper.search.trials import pareto_trials
+from sweeper.study.trials import best_trial
+from sweeper.study.trials import pareto_trials
 from sweeper.results.ranking import ranked_frame
 from sweeper.results.report import build_report
 from sweeper.results.report_data import build_report_data
-from sweeper.search.study import _copy_duplicate, _front_points
+from sweeper.study.objective import _copy_duplicate, _front_points
 from sweeper.trial.pipeline import Failure, TrialOutcome
 
 BASE = """\

@@ -11,8 +11,8 @@ import pytest
 from sweeper.engines import get_engine
 from sweeper.errors import ConfigError
 from sweeper.results.ranking import ranked_frame
-from sweeper.search.record import constraint_values, objective_value, outcome_attrs
-from sweeper.search.trials import best_trial
+from sweeper.study.record import constraint_values, objective_value, outcome_attrs
+from sweeper.study.trials import best_trial
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import parse_space
 from sweeper.trial.ladder import per_gpu_fields

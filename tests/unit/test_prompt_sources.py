@@ -250,7 +250,7 @@ def test_chat_messages_for_an_engine_sent_completions_are_refused_when_the_space
 
 
 def test_a_study_reads_its_stored_space_with_the_dataset_from_the_space_files_folder(tmp_path):
-    from sweeper.search.stored import parse_stored_space
+    from sweeper.study.stored import parse_stored_space
 
     attrs = {"space_text": SPACE, "space_path": str(tmp_path / "spaces" / "space.yaml")}
     assert parse_stored_space(attrs).workload.dataset == str(tmp_path / "spaces" / "data" / "prompts.jsonl")

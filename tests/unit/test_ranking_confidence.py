@@ -15,8 +15,8 @@ from sweeper.results.report_data import build_report_data
 from sweeper.results.report_sections import build_top_section
 from sweeper.results.show import build_best_record, build_show_record
 from sweeper.results.table import format_leaderboard_table
-from sweeper.search.ablation import Measured, summarize_finalists
-from sweeper.search.record import outcome_attrs
+from sweeper.workflows.ablation import Measured, summarize_finalists
+from sweeper.study.record import outcome_attrs
 from sweeper.trial.pipeline import TrialOutcome
 from tests.unit.test_leaderboard import level, make_study, record
 

@@ -9,8 +9,8 @@ import pytest
 from sweeper.spec.space import parse_space
 from sweeper.trial.gate import OutputSample, write_reference_file
 from sweeper.errors import ConfigError
-from sweeper.search.reference import REFERENCE_FILE, reference_samples, settle_reference, use_reference_file
-from sweeper.search.trials import infeasible_reason
+from sweeper.study.reference import REFERENCE_FILE, reference_samples, settle_reference, use_reference_file
+from sweeper.study.trials import infeasible_reason
 
 SPACE_TEXT = """\
 name: r

@@ -1,4 +1,4 @@
-from sweeper.search.resume import changed_paths
+from sweeper.study.resume import changed_paths
 
 
 def test_changed_paths_names_each_change():

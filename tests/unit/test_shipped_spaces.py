@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.search.ablation import sampled_config, single_lever_changes
+from sweeper.workflows.ablation import sampled_config, single_lever_changes
 from sweeper.spec.hosts import HostSpec, load_hosts
 from sweeper.spec.space import load_space
 from sweeper.engines import get_engine

@@ -13,9 +13,9 @@ from sweeper.engines.base import config_gpus, gpus_beyond_host
 from sweeper.fleet.workers import decide_claim
 from sweeper.hosts.local import LocalHost
 from sweeper.outcomes import FailureKind, Stage
-from sweeper.search.doctor import check_space_gpus, most_gpus, seed_commands
-from sweeper.search.study import stored_host_spec
-from sweeper.search.warm import build_warm_start
+from sweeper.workflows.doctor import check_space_gpus, most_gpus, seed_commands
+from sweeper.study.store import stored_host_spec
+from sweeper.study.warm import build_warm_start
 from sweeper.spec.hosts import HostSpec, load_hosts
 from sweeper.spec.space import parse_space
 from sweeper.trial.launch import preflight

@@ -5,7 +5,7 @@
 Per launch: how its server compiled (a fresh torch.compile, "saved AOT compiled function", or the
 artifact loaded from the compile cache, "Directly load AOT compilation"), whether its roles were
 pinned, whether it had every core. Then, per way of measuring and level, the variance components
-of the level's output tok/s over launches (sweeper.search.noise.variance_components: one-way
+of the level's output tok/s over launches (sweeper.study.noise.variance_components: one-way
 random effects, between-launch and within-launch CV).
 """
 
@@ -19,7 +19,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from sweeper.search.noise import variance_components
+from sweeper.study.noise import variance_components
 
 
 def read(paths: list[str]) -> tuple[list[dict], dict[int, dict]]:
