@@ -70,7 +70,7 @@ def load(
 ) -> None:
     """Measure a running server with sweeper's client and metrics; launches nothing."""
     from sweeper.loadgen.client import StreamOptions
-    from sweeper.loadgen.datasets import FORMATS
+    from sweeper.spec.datasets import FORMATS
     import json
 
     from sweeper.loadgen.ladder import (LoadPlan, bench_serving_record, load_records, parse_api, parse_levels, run_load,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from sweeper.spec.engine_traits import PARALLEL_FLAGS
 from sweeper.spec.space import Space
 from sweeper.engines.base import (
     EngineAdapter, EngineInfo, LaunchSpec, Readiness, Signature, argv_value, flag_ports, port_number,
@@ -78,9 +79,7 @@ SGLANG_INFO = EngineInfo(
     prefix_cache=PrefixCacheApi(flush_path="/flush_cache", hits_counter="sglang:cached_tokens",
                                 queries_counter="sglang:prompt_tokens", hit_rate_gauge="sglang:cache_hit_rate"),
     tokenize=TokenizeApi("/tokenize", "prompt", sends_model=True),  # -> {"tokens", "count", ...}
-    # server_args.py: expert parallelism (--ep-size) splits the TP group, it adds no GPUs
-    parallel_flags=(("--tp-size", "--tensor-parallel-size"), ("--dp-size", "--data-parallel-size"),
-                    ("--pp-size", "--pipeline-parallel-size")),
+    parallel_flags=PARALLEL_FLAGS["sglang"],
 )
 
 

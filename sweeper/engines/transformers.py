@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from sweeper.spec.engine_traits import request_api
 from sweeper.spec.space import Space
 from sweeper.engines.base import EngineAdapter, EngineInfo, Readiness, Signature, space_flag_args
 from sweeper.loadgen.endpoints import RequestDialect
@@ -63,7 +64,7 @@ TRANSFORMERS_SIGNATURES = (
 )
 
 TRANSFORMERS_DIALECT = RequestDialect(
-    api="chat", text_prompts=True, ignore_eos=False, min_tokens=False, continuous_usage=False,
+    api=request_api("transformers"), text_prompts=True, ignore_eos=False, min_tokens=False, continuous_usage=False,
     coalesced_stream=True,
 )
 

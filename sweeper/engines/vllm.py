@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from sweeper.spec.hosts import HostSpec
+from sweeper.spec.engine_traits import PARALLEL_FLAGS
 from sweeper.spec.space import Space
 from sweeper.engines.base import (EngineAdapter, EngineInfo, LaunchSpec, Readiness, Signature, env_ports,
                                   flag_ports, space_flag_args)
@@ -83,8 +84,7 @@ VLLM_INFO = EngineInfo(
                                 queries_counter="vllm:prefix_cache_queries",
                                 flush_needs="VLLM_SERVER_DEV_MODE=1 in the server's environment (the space's fixed_env)"),
     tokenize=TokenizeApi("/tokenize", "prompt", sends_model=True),  # -> {"count", "tokens", "max_model_len"}
-    parallel_flags=(("--tensor-parallel-size", "-tp"), ("--data-parallel-size", "-dp"),
-                    ("--pipeline-parallel-size", "-pp")),
+    parallel_flags=PARALLEL_FLAGS["vllm"],
 )
 
 

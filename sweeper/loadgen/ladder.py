@@ -19,7 +19,7 @@ from typing import Any, Callable
 from sweeper.errors import UserError
 from sweeper.loadgen.capacity import CapacitySlo, capacity_record, find_capacity
 from sweeper.loadgen.client import LevelRun, StreamOptions, get
-from sweeper.loadgen.datasets import LengthDistribution, PromptRecord, draw_lengths, load_dataset, sample_records
+from sweeper.spec.datasets import LengthDistribution, PromptRecord, draw_lengths, load_dataset, sample_records
 from sweeper.loadgen.endpoints import APIS, Api, Prompt
 from sweeper.loadgen.metrics import (MAX_CLIENT_LAG_P99_MS, achieved_arrival_rate, combine_repeats, latency_fields,
                                      spoiled_by_client, summarize_level)

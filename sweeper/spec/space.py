@@ -17,6 +17,9 @@ from sweeper.errors import ConfigError, did_you_mean
 from sweeper.levels import Level, Rate, goal_name, workload_levels
 from sweeper.outcomes import (CAPACITY_METRIC, FAIRNESS_METRICS, LATENCY_METRICS, PER_GPU_METRIC, THROUGHPUT_METRICS,
                               MetricName)
+from sweeper.spaces import packaged_spaces  # the names a SPACE argument may also be
+from sweeper.spec.datasets import DatasetError, load_dataset
+from sweeper.spec.engine_traits import PARALLEL_FLAGS, request_api
 from sweeper.spec.expr import MAX_PROBES, Expr, ExprError, Missing, first_type_error, parse_expr
 from sweeper.spec.loading import Strict, validate_model
 from sweeper.spec.yamlfile import KeyPath, format_path, line_of, parse_yaml_with_lines
@@ -147,7 +150,7 @@ MAX_CLIENT_LAG_P99_MS = 5.0
 
 
 class LengthSpec(Strict):
-    """Token lengths drawn per request, guidellm-style (loadgen/datasets.py LengthDistribution):
+    """Token lengths drawn per request, guidellm-style (spec/datasets.py LengthDistribution):
     fixed at `mean`, uniform in [min, max], normal (mean, std) or lognormal (mean, and std or
     sigma, the spread of the log), each clipped to [min, max]."""
 
@@ -464,8 +467,6 @@ class Space(Strict):
 
 def load_space(path: Path) -> Space:
     if not path.is_file():
-        from sweeper.spaces import packaged_spaces  # the names a SPACE argument may also be
-
         names = sorted(packaged_spaces())
         raise ConfigError(str(path), "", f"file not found (or a packaged space: {', '.join(names)})"
                           + did_you_mean(str(path).removesuffix(".yaml"), names))
@@ -486,12 +487,9 @@ def check_workload_files(space: Space, text: str, source: str) -> Space:
     workload = space.workload
     if workload.dataset is None:
         return space
-    from sweeper.engines import get_engine  # spec -> engines, loadgen only here, lazily
-    from sweeper.loadgen.datasets import DatasetError, load_dataset
-
     try:
         records = load_dataset(Path(workload.dataset), workload.dataset_format)
-        api = get_engine(space.engine).info.dialect.api
+        api = request_api(space.engine)
         if api != "chat" and (chat := next((i for i, r in enumerate(records) if r.messages), None)) is not None:
             raise DatasetError(f"{workload.dataset}: record {chat + 1} has chat \"messages\", but {space.engine} "
                                f"is sent {api} requests (write \"prompt\" records)")
@@ -732,9 +730,7 @@ def _check_gpu_count(space: Space) -> list[tuple[KeyPath, str]]:
     would score every trial 0."""
     if space.gpus is not None:
         return []
-    from sweeper.engines import get_engine  # spec -> engines, lazily (engines import the spec)
-
-    if get_engine(space.engine).info.parallel_flags:
+    if PARALLEL_FLAGS.get(space.engine):
         return []
     terms = ([(("objective", "metric"), space.objective)] if space.objectives is None else
              [(("objectives", i, "metric"), term) for i, term in enumerate(space.objectives)])

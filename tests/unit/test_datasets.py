@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from sweeper.loadgen.datasets import (DatasetError, LengthDistribution, PromptRecord, draw_lengths, guess_format,
+from sweeper.spec.datasets import (DatasetError, LengthDistribution, PromptRecord, draw_lengths, guess_format,
                                       load_dataset, sample_records)
 
 SHAREGPT = [

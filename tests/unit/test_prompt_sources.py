@@ -9,7 +9,7 @@ import pytest
 from sweeper.engines import get_engine
 from sweeper.errors import ConfigError, UserError
 from sweeper.loadgen.client import StreamOptions
-from sweeper.loadgen.datasets import LengthDistribution, PromptRecord
+from sweeper.spec.datasets import LengthDistribution, PromptRecord
 from sweeper.loadgen.endpoints import build_request_body, parse_token_count, request_parts
 from sweeper.loadgen.ladder import LoadPlan, build_prompts, length_distribution
 from sweeper.loadgen.probe import PrefixCacheApi, cache_fields, parse_metric_totals
