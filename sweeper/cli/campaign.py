@@ -9,9 +9,8 @@ from typing import List, Optional
 
 import typer
 
-from sweeper.cli.common import SPACE_ARG, RESULTS_OPT, STORAGE_OPT, console, parse_duration, user_errors
+from sweeper.cli.common import SPACE_ARG, RESULTS_OPT, STORAGE_OPT, WARM_START_OPT, console, parse_duration, user_errors
 from sweeper.cli.progress import LineEvents, open_new_study, warm_start_study, with_progress
-from sweeper.cli.sweep import WARM_START_OPT
 from sweeper.errors import UserError
 from sweeper.study.store import StudyHandle
 
@@ -58,7 +57,7 @@ def campaign(
     """The case study unattended: sweep, re-validate the top K on fresh servers (interleaved, until
     the winner separates from the runner-up or the budget ends: a tie is declared), profile the
     winner, write the report and the winner's launch script. `sweeper resume STUDY` continues it."""
-    from sweeper.workflows.campaign import CampaignSettings, start_campaign
+    from sweeper.workflows.campaign import CampaignSettings, start_campaign, sweep_budget
     from sweeper.spec.space import load_space
 
     with user_errors():
@@ -69,16 +68,8 @@ def campaign(
         if space.is_pareto:
             raise UserError(f"{space_file}: campaign needs one objective (the Pareto mode has no single winner)")
         seconds = parse_duration(time_budget) if time_budget else None
-        if max_launches is not None and trials is not None and trials >= max_launches:
-            raise UserError(f"--max-launches {max_launches}: leaves no launch for validation after --trials {trials}")
+        budget = sweep_budget(space, trials, max_launches, finalists)
         name = study or f"{space.name}-{datetime.now():%Y%m%d-%H%M%S}"
-        budget = trials or space.budget.trials
-        if max_launches is not None:  # room for the finalists' first rounds and the profile's launch
-            from sweeper.profile.control import PROFILERS
-            budget = min(budget, max_launches - 2 * finalists - int(space.engine in PROFILERS))
-            if budget < 1:
-                raise UserError(f"--max-launches {max_launches}: no room for a sweep and {finalists} finalists "
-                                f"x 2 runs")
         handle, connected = open_new_study(space_file, space, hosts, (host or ["local"])[0], name, results, storage,
                                            budget, None, enqueue_seeds=False)
         connected.close()  # each phase connects for itself

@@ -87,6 +87,9 @@ SPACE_ARG = typer.Argument(..., help="Search-space YAML file, or a packaged spac
 RESULTS_OPT = typer.Option(Path("results"), "--results", help="Folder holding one folder per study.")
 STORAGE_OPT = typer.Option(None, "--storage", envvar="SWEEPER_STORAGE",
                            help="Any Optuna storage URL, or $SWEEPER_STORAGE (default: SQLite in the study folder).")
+WARM_START_OPT = typer.Option(None, "--warm-start", help="An earlier study of the same engine and model: NAME "
+                              "(under --results) or STORAGE_URL#NAME; repeatable. Its best configs run first, "
+                              "the configs it proved broken are skipped, its reference carries over.")
 
 
 STUDY_ARG = typer.Argument(None, help="Study name (may be left out when --results holds one study).")

@@ -8,7 +8,8 @@ from typing import List, Optional
 
 import typer
 
-from sweeper.cli.common import STUDY_ARG, pick_study, SPACE_ARG, OUTPUT, RESULTS_OPT, STORAGE_OPT, console, err, interrupts_as_keyboard, parse_duration, user_errors
+from sweeper.cli.campaign import continue_campaign
+from sweeper.cli.common import STUDY_ARG, pick_study, SPACE_ARG, OUTPUT, RESULTS_OPT, STORAGE_OPT, WARM_START_OPT, console, err, interrupts_as_keyboard, parse_duration, user_errors
 from sweeper.cli.progress import LineEvents, open_new_study, sweep_and_print, verbose_lines_to, warm_start_study
 from sweeper.errors import UserError
 from sweeper.hosts import open_host
@@ -21,11 +22,6 @@ from sweeper.study.runs import recover_interrupted
 from sweeper.spec.hosts import DEFAULT_HOSTS_FILE, load_host
 from sweeper.spaces import packaged_spaces
 from sweeper.spec.space import Space, load_space
-
-
-WARM_START_OPT = typer.Option(None, "--warm-start", help="An earlier study of the same engine and model: NAME "
-                              "(under --results) or STORAGE_URL#NAME; repeatable. Its best configs run first, "
-                              "the configs it proved broken are skipped, its reference carries over.")
 
 
 def sweep(
@@ -194,8 +190,6 @@ def resume(
             host.close()
             raise
         if attrs.get("campaign_phase"):  # a campaign continues at its phase (cli/campaign.py)
-            from sweeper.cli.campaign import continue_campaign
-
             host.close()
             continue_campaign(handle, hosts, storage)
             return

@@ -19,6 +19,7 @@ from optuna.trial import TrialState
 
 from sweeper.errors import UserError
 from sweeper.hosts import Host, open_host
+from sweeper.spec.space import Space
 from sweeper.workflows.ablation import Measured, finalist_runs
 from sweeper.study.store import StudyHandle, SweepEvents, load_study, study_exists, storage_url
 from sweeper.study.storage import open_storage
@@ -73,6 +74,19 @@ def describe_noise(floor: NoiseFloor) -> str:
 
 def is_campaign(study: optuna.Study) -> bool:
     return PHASE_ATTR in study.user_attrs
+
+
+def sweep_budget(space: Space, trials: int | None, max_launches: int | None, finalists: int) -> int:
+    """The sweep's evaluations: --trials (else the space's budget), within --max-launches less the room
+    for the finalists' first rounds (two runs each) and the profile's launch."""
+    if max_launches is not None and trials is not None and trials >= max_launches:
+        raise UserError(f"--max-launches {max_launches}: leaves no launch for validation after --trials {trials}")
+    budget = trials or space.budget.trials
+    if max_launches is not None:
+        budget = min(budget, max_launches - 2 * finalists - int(space.engine in PROFILERS))
+        if budget < 1:
+            raise UserError(f"--max-launches {max_launches}: no room for a sweep and {finalists} finalists x 2 runs")
+    return budget
 
 
 def start_campaign(study: optuna.Study, settings: CampaignSettings) -> None:
