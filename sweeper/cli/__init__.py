@@ -6,11 +6,16 @@
 - init.py      init: a space and a hosts file from the packaged templates
 - doctor.py    doctor: every check a sweep needs, without a launch
 - sweep.py     sweep, resume, worker, demo
+- campaign.py  campaign (and its continuation by resume)
 - results.py   leaderboard, show, best, report
 - validate.py  ablate, validate
 - load.py      load (a running server)
 - profile.py   profile, kernels
 - sim.py       sim best
+
+Imports inside a command (marked "lazy for CLI start-up") are kept there for start-up time only:
+the workflow, fleet, profile, report and export modules one command needs. Hoisted, they add 0.35 s to the
+0.83 s every `sweeper` invocation spends importing (measured: 1.18 s against 0.83 s, python -c, this machine).
 """
 
 from sweeper.cli.app import app, main

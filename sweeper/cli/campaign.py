@@ -12,7 +12,8 @@ import typer
 from sweeper.cli.common import SPACE_ARG, RESULTS_OPT, STORAGE_OPT, WARM_START_OPT, console, parse_duration, user_errors
 from sweeper.cli.progress import LineEvents, open_new_study, warm_start_study, with_progress
 from sweeper.errors import UserError
-from sweeper.study.store import StudyHandle
+from sweeper.study.store import StudyHandle, load_study
+from sweeper.spec.space import load_space
 
 
 class CliIO:
@@ -57,8 +58,8 @@ def campaign(
     """The case study unattended: sweep, re-validate the top K on fresh servers (interleaved, until
     the winner separates from the runner-up or the budget ends: a tie is declared), profile the
     winner, write the report and the winner's launch script. `sweeper resume STUDY` continues it."""
+    # lazy for CLI start-up (cli/__init__.py)
     from sweeper.workflows.campaign import CampaignSettings, start_campaign, sweep_budget
-    from sweeper.spec.space import load_space
 
     with user_errors():
         space = load_space(space_file)
@@ -81,9 +82,9 @@ def campaign(
 
 def continue_campaign(handle: StudyHandle, hosts: Path, storage: str | None) -> None:
     """Run the campaign from its stored phase to the end; print the morning summary."""
+    # lazy for CLI start-up (cli/__init__.py)
     from sweeper.results.campaign_summary import build_campaign_summary, format_summary_lines
     from sweeper.workflows.campaign import Campaign, campaign_record
-    from sweeper.study.store import load_study
 
     Campaign(handle, CliIO(handle.name), hosts, storage).run()
     validation = load_study(campaign_record(handle.study)["phases"]["validate"]["study"], handle.results_dir, storage)

@@ -13,6 +13,10 @@ import typer
 from rich.console import Console
 
 from sweeper.errors import UserError
+from sweeper.spaces import find_space_file
+from sweeper.study.store import format_known_studies, study_names
+from sweeper.interrupts import signals_as_interrupt, stopping
+from sweeper.study.storage import StorageBusy
 
 # Piped output gets a wide page rather than rich's 80 columns, so tables stay readable in logs.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -77,8 +81,6 @@ def set_output(quiet: bool, verbose: bool, log_file: Path | None, heartbeat_s: f
 
 def space_argument(path: Path) -> Path:
     """A SPACE argument: a file, or the name of a space shipped in the package (demo, ...)."""
-    from sweeper.spaces import find_space_file
-
     return find_space_file(path)
 
 
@@ -99,7 +101,6 @@ def pick_study(study: str | None, results: Path, storage: str | None) -> str:
     """The STUDY argument, or the only study there is; else a UserError listing them."""
     if study is not None:
         return study
-    from sweeper.study.store import format_known_studies, study_names
 
     names = study_names(results, storage)
     if len(names) == 1:
@@ -134,9 +135,6 @@ def interrupts_as_keyboard() -> Iterator[None]:
     The signal is held while a storage call is under way (sweeper/interrupts.py); a storage left
     locked by another process while stopping is an interrupt too (the trial stays RUNNING, and
     `resume` marks it interrupted)."""
-    from sweeper.interrupts import signals_as_interrupt, stopping
-    from sweeper.study.storage import StorageBusy
-
     with signals_as_interrupt():
         try:
             yield

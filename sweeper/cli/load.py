@@ -10,6 +10,15 @@ from rich.table import Table
 
 from sweeper.cli.common import console, err, user_errors
 from sweeper.errors import UserError
+from sweeper.loadgen.client import StreamOptions, fit_to_dialect
+from sweeper.spec.datasets import FORMATS
+from sweeper.loadgen.probe import LevelProbe
+from sweeper.loadgen.vocab import local_vocab_size
+from sweeper.loadgen.workload import tokenizer_from_file
+from sweeper.loadgen.capacity import CapacitySlo
+from sweeper.loadgen.ladder import (LoadPlan, bench_serving_record, discover_model, load_records, parse_api, parse_levels,
+                                    run_capacity_search, run_load, write_load_records)
+from sweeper.engines import ENGINES, get_engine
 
 
 def load(
@@ -69,15 +78,7 @@ def load(
                                                help="With --precision: a level's cap in requests."),
 ) -> None:
     """Measure a running server with sweeper's client and metrics; launches nothing."""
-    from sweeper.loadgen.client import StreamOptions
-    from sweeper.spec.datasets import FORMATS
     import json
-
-    from sweeper.loadgen.ladder import (LoadPlan, bench_serving_record, load_records, parse_api, parse_levels, run_load,
-                                        write_load_records)
-    from sweeper.loadgen.probe import LevelProbe
-    from sweeper.loadgen.vocab import local_vocab_size
-    from sweeper.loadgen.workload import tokenizer_from_file
 
     with user_errors():
         if precision is None and (max_seconds is not None or max_requests is not None):
@@ -139,8 +140,6 @@ def _find_capacity(url: str, model: str, plan, ttft_ms: float | None, tpot_ms: f
     """--find-capacity: the search, each level shown as measured, the answer and its record."""
     import json
 
-    from sweeper.loadgen.capacity import CapacitySlo
-    from sweeper.loadgen.ladder import run_capacity_search
 
     if ttft_ms is None and tpot_ms is None:
         raise UserError("--find-capacity needs an SLO: --slo-p99-ttft-ms MS and/or --slo-p99-tpot-ms MS")
@@ -172,8 +171,6 @@ def _find_capacity(url: str, model: str, plan, ttft_ms: float | None, tpot_ms: f
 
 
 def _discovered_model(url: str) -> str:
-    from sweeper.loadgen.ladder import discover_model
-
     try:
         return discover_model(url)
     except ValueError as exc:
@@ -185,8 +182,6 @@ def _fitted_to_engine(plan, engine: str):
     offers besides: its prefix-cache flush and metrics, its /tokenize."""
     from dataclasses import replace
 
-    from sweeper.engines import ENGINES, get_engine
-    from sweeper.loadgen.client import fit_to_dialect
 
     if engine not in ENGINES:
         raise UserError(f"--engine: one of {', '.join(sorted(ENGINES))}, got {engine!r}")

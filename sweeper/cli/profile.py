@@ -25,6 +25,7 @@ def profile(
 ) -> None:
     """Relaunch a trial's config with the engine's torch profiler on, drive load, and print the top
     kernels by share of GPU time (attention, MoE/GEMM, communication, other)."""
+    # lazy for CLI start-up (cli/__init__.py)
     from sweeper.profile.command import profile_study_trial
 
     with user_errors():
@@ -52,6 +53,7 @@ def kernels(
     """The kernel table of saved torch profiler traces (from `sweeper profile` or any engine)."""
     import json as json_module
 
+    # lazy for CLI start-up (cli/__init__.py)
     from sweeper.profile.command import summarize_trace_files
 
     with user_errors():

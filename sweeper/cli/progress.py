@@ -18,12 +18,13 @@ from sweeper.cli.common import OUTPUT, VERBOSE_LINES, console, err, interrupts_a
 from sweeper.hosts import Host, open_host
 from sweeper.results.table import format_leaderboard_table
 from sweeper.errors import UserError
-from sweeper.study.store import StudyHandle, create_study, never_started
+from sweeper.study.store import StudyHandle, create_study, never_started, enqueue_space_seeds
 from sweeper.study.runs import run_sweep
 from sweeper.study.verdict import build_sweep_verdict, format_verdict
 from sweeper.spec.hosts import load_host
 from sweeper.levels import Level, is_rate, short_level
 from sweeper.spec.space import Space
+from sweeper.redact import redact_url
 
 
 def format_level_line(level: Level, metrics: dict) -> str:
@@ -252,8 +253,7 @@ def open_new_study(space_file: Path, space: Space, hosts: Path, host: str, name:
 def warm_start_study(handle: StudyHandle, texts: list[str]) -> None:
     """`--warm-start`: seeds, broken configs and the reference of earlier studies into a new study
     created without its seeds (they are queued here, after the warm ones); what carried over is printed."""
-    from sweeper.redact import redact_url
-    from sweeper.study.store import enqueue_space_seeds
+    # lazy for CLI start-up (cli/__init__.py)
     from sweeper.study.warm import apply_warm_start, build_warm_start, format_warm_lines, load_warm_sources
 
     if not texts:

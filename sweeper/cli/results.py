@@ -18,6 +18,10 @@ from sweeper.results.show import build_best_record, build_show_record, format_sh
 from sweeper.results.table import format_leaderboard_table
 from sweeper.study.stored import parse_stored_space
 from sweeper.study.store import load_study, open_study_storage
+from sweeper.results.answer import build_answer, format_answer_lines
+from sweeper.results.ranking import best_ranked_trial
+from sweeper.study.trials import chosen_trial, is_pareto_study
+from sweeper.spec.hosts import HostSpec
 
 
 def leaderboard(
@@ -34,6 +38,7 @@ def leaderboard(
     results: Path = RESULTS_OPT,
 ) -> None:
     """The trials ranked by the objective; failures, duplicates and invalid levels never rank."""
+    # lazy for CLI start-up (cli/__init__.py)
     from sweeper.results.export import build_export_frame, write_export
 
     with user_errors():
@@ -56,6 +61,7 @@ def report(
     results: Path = RESULTS_OPT,
 ) -> None:
     """One self-contained HTML report (and its Markdown twin), rebuilt from storage."""
+    # lazy for CLI start-up (cli/__init__.py)
     from sweeper.results.report import build_report, write_report
 
     with user_errors():
@@ -122,10 +128,7 @@ def best(
 ) -> None:
     """The best feasible config of a study (as a launch script with --script); in the Pareto mode,
     the front."""
-    from sweeper.results.answer import build_answer, format_answer_lines
-    from sweeper.results.ranking import best_ranked_trial
-    from sweeper.study.trials import chosen_trial, is_pareto_study
-    from sweeper.spec.hosts import HostSpec
+    # lazy for CLI start-up (cli/__init__.py)
     from sweeper.results.script import best_launch_script
 
     with user_errors():

@@ -23,6 +23,7 @@ def sim_best(
 ) -> None:
     """The simulator's exact optimum for a space, from its performance model (with two
     objectives: its exact Pareto front)."""
+    # lazy for CLI start-up (cli/__init__.py)
     from sweeper.sim.best import best_config
 
     with user_errors():
@@ -50,6 +51,7 @@ def sim_best(
 def format_distance_to_optimum(space: Space, study, optimum: float) -> str:
     """The study's winner against the simulator's exact optimum (`optimum`, modelled): how close the
     search came."""
+    # lazy for CLI start-up (cli/__init__.py)
     from sweeper.sim.best import modelled_objective
 
     best = best_trial(study)
@@ -61,6 +63,7 @@ def format_distance_to_optimum(space: Space, study, optimum: float) -> str:
 
 
 def _print_modelled_front(space: Space) -> None:
+    # lazy for CLI start-up (cli/__init__.py)
     from sweeper.sim.best import modelled_front
 
     front, feasible, total = modelled_front(space)

@@ -19,9 +19,12 @@ from sweeper.search.samplers import SAMPLERS
 from sweeper.study.stored import parse_stored_space
 from sweeper.study.store import StudyHandle, controller_alive, create_study, host_spec_for_resume, load_study
 from sweeper.study.runs import recover_interrupted
-from sweeper.spec.hosts import DEFAULT_HOSTS_FILE, load_host
+from sweeper.spec.hosts import DEFAULT_HOSTS_FILE, load_host, load_hosts
 from sweeper.spaces import packaged_spaces
 from sweeper.spec.space import Space, load_space
+from sweeper.study.storage import open_storage
+from sweeper.cli.sim import format_distance_to_optimum
+from sweeper.study.trials import best_trial
 
 
 def sweep(
@@ -69,7 +72,7 @@ def _sweep_many(space_file: Path, space: Space, hosts: Path, host_names: list[st
                 storage: str | None, budget: int, sampler: str | None, seed: int | None, time_budget: str | None,
                 heartbeat: float, grace: float, top: int, warm_start: list[str]) -> None:
     """One `sweeper worker` process per host (per GPU set), all on one PostgreSQL study."""
-    from sweeper.spec.hosts import load_hosts
+    # lazy for CLI start-up (cli/__init__.py)
     from sweeper.fleet.workers import check_shared_storage, run_worker_processes, worker_argv
 
     check_shared_storage(storage or "")
@@ -110,8 +113,8 @@ def worker(
     time_budget: Optional[str] = typer.Option(None, "--time-budget", help="Stop starting trials after this long."),
 ) -> None:
     """Join a study from this machine: run its trials on HOST until the study's budget is spent."""
+    # lazy for CLI start-up (cli/__init__.py)
     from sweeper.fleet.leases import LeaseBook, new_holder_id, slot_name
-    from sweeper.study.storage import open_storage
     from sweeper.fleet.workers import WorkerOptions, check_shared_storage, retry_stale_trial, run_worker, run_worker_processes, recover_shared, worker_argv
 
     with user_errors():
@@ -204,9 +207,8 @@ def demo(
 ) -> None:
     """A real sweep of the embedded simulator from any folder: the packaged demo space on this
     machine (the hosts file's `local` host, or the built-in one when there is none)."""
-    from sweeper.cli.sim import format_distance_to_optimum
+    # lazy for CLI start-up (cli/__init__.py)
     from sweeper.sim.best import best_config
-    from sweeper.study.trials import best_trial
 
     with user_errors():
         space_file = packaged_spaces()["demo"]

@@ -16,6 +16,12 @@ from sweeper.errors import UserError
 from sweeper.study.stored import parse_stored_space
 from sweeper.study.store import load_study
 from sweeper.spec.space import Space, load_space
+from sweeper.workflows.ablation import Measured, ablation_runs, repeats_for_noise, sampled_config, summarize_ablation, finalist_runs, summarize_pareto_finalists
+from sweeper.study.confidence import MAX_REPEATS
+from sweeper.study.runs import enqueue_runs, measured_runs, run_queue, measured_values
+from sweeper.hosts import open_host
+from sweeper.study.trials import is_pareto_study
+from sweeper.spec.hosts import load_host
 
 
 PILOT_RUNS = 3  # first runs of the baseline that measure the noise ablate's repeats are sized for
@@ -34,10 +40,8 @@ def ablate(
     results: Path = RESULTS_OPT,
 ) -> None:
     """The baseline, then each single-lever change from it: each lever's delta with a 95% CI."""
-    from sweeper.workflows.ablation import Measured, ablation_runs, repeats_for_noise, sampled_config, summarize_ablation
+    # lazy for CLI start-up (cli/__init__.py)
     from sweeper.results.ablation_table import format_ablation_table
-    from sweeper.study.confidence import MAX_REPEATS
-    from sweeper.study.runs import enqueue_runs, measured_runs, run_queue
 
     with user_errors():
         space = load_space(space_file)
@@ -104,13 +108,9 @@ def validate(
 ) -> None:
     """Re-run the top K configs on fresh servers in interleaved order; declare the winner with its CI.
     In the Pareto mode: the front's top K by throughput, both objectives with their CIs."""
-    from sweeper.hosts import open_host
-    from sweeper.workflows.ablation import finalist_runs
-    from sweeper.study.trials import is_pareto_study
+    # lazy for CLI start-up (cli/__init__.py)
     from sweeper.workflows.validation import create_validation_study, record_validation
-    from sweeper.spec.hosts import load_host
     from sweeper.results.ablation_table import format_finalists_table
-    from sweeper.study.runs import enqueue_runs, run_queue
 
     with user_errors():
         study = pick_study(study, results, storage)
@@ -151,9 +151,8 @@ def validate(
 def _report_pareto_finalists(source, validation, original: list[str], repeats: int) -> None:
     """Both objectives of each re-run front member with 95% CIs, and which members the re-measured
     means keep on the front."""
-    from sweeper.workflows.ablation import summarize_pareto_finalists
+    # lazy for CLI start-up (cli/__init__.py)
     from sweeper.results.ablation_table import format_pareto_finalists_table
-    from sweeper.study.runs import measured_values
 
     rows = summarize_pareto_finalists(measured_values(validation))
     source.set_user_attr("validation", {"study": validation.study_name, "rows": rows, "mode": "pareto"})

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from sweeper.loadgen.endpoints import Prompt, TokenizeApi, build_tokenize_body, parse_token_count, request_parts
+from sweeper.loadgen.client import get, post
+from sweeper.loadgen.http1 import HttpError
 
 
 @dataclass(frozen=True)
@@ -99,8 +101,6 @@ class LevelProbe:
         (vLLM without VLLM_SERVER_DEV_MODE=1 answers 404), None where the engine has no flush."""
         if not self.cache.flush_path:
             return None
-        from sweeper.loadgen.client import post
-        from sweeper.loadgen.http1 import HttpError
 
         try:
             status, _ = post(self.base_url + self.cache.flush_path, None, self.timeout_s)
@@ -113,8 +113,6 @@ class LevelProbe:
         --enable-metrics) or the engine declares no cache metric."""
         if not self.cache.reads_metrics:
             return None
-        from sweeper.loadgen.client import get
-        from sweeper.loadgen.http1 import HttpError
 
         try:
             status, text = get(self.base_url + self.cache.metrics_path, self.timeout_s)
@@ -155,8 +153,6 @@ class LevelProbe:
     def _count_text(self, text: str) -> int:
         if self.tokenizer is not None:
             return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
-        from sweeper.loadgen.client import post
-        from sweeper.loadgen.http1 import HttpError
 
         assert self.tokenize is not None
         try:

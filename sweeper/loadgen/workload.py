@@ -6,6 +6,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from sweeper.errors import import_optional
+
 # Low ids are special tokens (BOS, EOS, pad, byte fallbacks) in common vocabularies;
 # sending them can end generation early or change the prompt's meaning.
 MIN_TOKEN_ID = 100
@@ -133,8 +135,6 @@ def tokenizer_from_file(path: str) -> Any:
     """A `tokenizers.Tokenizer` from a tokenizer.json file or a folder holding one (optional
     dependency: `pip install tokenizers`)."""
     from pathlib import Path
-
-    from sweeper.errors import import_optional
 
     Tokenizer = import_optional("tokenizers", "tokenizer", "a tokenizer file").Tokenizer
 

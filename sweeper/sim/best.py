@@ -17,8 +17,9 @@ from sweeper.sim.config import SimConfig, sim_config_from
 from sweeper.sim.failures import failure_of
 from sweeper.sim.perf import modelled_level_metrics
 from sweeper.sim.args import build_arg_parser
-from sweeper.search.configs import enumerate_configs
+from sweeper.search.configs import config_key, enumerate_configs
 from sweeper.spec.rules import excluded_by_rule, violated_constraints
+from sweeper.search.pareto import front_keys
 
 _MODELLED = {
     "output_throughput": lambda m: m.output_throughput,
@@ -115,9 +116,6 @@ def modelled_pair(space: Space, config: dict[str, Any]) -> tuple[float, float] |
 def modelled_front(space: Space) -> tuple[list[ModelledPoint], int, int]:
     """The exact Pareto front of a two-objective space on the model, by throughput (best first);
     with the counts of feasible and of all configs."""
-    from sweeper.search.pareto import front_keys
-    from sweeper.search.configs import config_key
-
     if space.engine != "sim":
         raise UserError(f"space {space.name!r} uses engine {space.engine!r}; `sim best` needs engine: sim")
     throughput, latency = space.goals
