@@ -1,5 +1,5 @@
 """`sweeper campaign`: sweep, re-validate the finalists, profile the winner, report and launch
-script, unattended (sweeper/workflows/campaign.py); `sweeper resume` continues one (continue_campaign)."""
+script, unattended (sweeper/workflows/campaign_phases.py); `sweeper resume` continues one (continue_campaign)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def campaign(
     the winner separates from the runner-up or the budget ends: a tie is declared), profile the
     winner, write the report and the winner's launch script. `sweeper resume STUDY` continues it."""
     # lazy for CLI start-up (cli/__init__.py)
-    from sweeper.workflows.campaign import CampaignSettings, start_campaign, sweep_budget
+    from sweeper.workflows.campaign_phases import CampaignSettings, start_campaign, sweep_budget
 
     with user_errors():
         space = load_space(space_file)
@@ -84,7 +84,7 @@ def continue_campaign(handle: StudyHandle, hosts: Path, storage: str | None) -> 
     """Run the campaign from its stored phase to the end; print the morning summary."""
     # lazy for CLI start-up (cli/__init__.py)
     from sweeper.results.campaign_summary import build_campaign_summary, format_summary_lines
-    from sweeper.workflows.campaign import Campaign, campaign_record
+    from sweeper.workflows.campaign_phases import Campaign, campaign_record
 
     Campaign(handle, CliIO(handle.name), hosts, storage).run()
     validation = load_study(campaign_record(handle.study)["phases"]["validate"]["study"], handle.results_dir, storage)

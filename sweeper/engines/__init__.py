@@ -9,10 +9,10 @@ installed.py asks the host what is installed.
 - versions.py      how flags changed between releases (data), so a refused flag names its replacement
 """
 
-from sweeper.engines.base import Engine
+from sweeper.engines.adapter import Engine
 from sweeper.engines.llamacpp import LlamaCppEngine
 from sweeper.engines.sglang import SGLangEngine
-from sweeper.engines.sim import SimEngine
+from sweeper.engines.simulator import SimEngine
 from sweeper.engines.transformers import TransformersEngine
 from sweeper.engines.vllm import VLLMEngine
 

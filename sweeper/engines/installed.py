@@ -7,7 +7,7 @@ import logging
 import shlex
 from typing import Sequence
 
-from sweeper.engines.base import Engine
+from sweeper.engines.adapter import Engine
 from sweeper.engines.flags import flag_problems, parse_help_flags
 from sweeper.errors import UserError
 from sweeper.hosts.base import CommandResult, Host

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from sweeper.spec.space import Space
-from sweeper.engines.base import EngineAdapter, EngineInfo, Readiness, Signature, space_flag_args
+from sweeper.engines.adapter import EngineAdapter, EngineInfo, Readiness, Signature, space_flag_args
 from sweeper.loadgen.endpoints import TokenizeApi
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"  # the sdist scripts/build_llama_server.sh builds from

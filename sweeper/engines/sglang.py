@@ -6,7 +6,7 @@ from typing import Any, Mapping, Sequence
 
 from sweeper.spec.engine_traits import PARALLEL_FLAGS
 from sweeper.spec.space import Space
-from sweeper.engines.base import (
+from sweeper.engines.adapter import (
     EngineAdapter, EngineInfo, LaunchSpec, Readiness, Signature, argv_value, flag_ports, port_number,
     space_flag_args,
 )

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from sweeper.spec.engine_traits import request_api
 from sweeper.spec.space import Space
-from sweeper.engines.base import EngineAdapter, EngineInfo, Readiness, Signature, space_flag_args
+from sweeper.engines.adapter import EngineAdapter, EngineInfo, Readiness, Signature, space_flag_args
 from sweeper.loadgen.endpoints import RequestDialect
 
 MODULE = "transformers.cli.transformers"  # has a __main__ guard; the `transformers` script runs it

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.engine_traits import PARALLEL_FLAGS
 from sweeper.spec.space import Space
-from sweeper.engines.base import (EngineAdapter, EngineInfo, LaunchSpec, Readiness, Signature, env_ports,
+from sweeper.engines.adapter import (EngineAdapter, EngineInfo, LaunchSpec, Readiness, Signature, env_ports,
                                   flag_ports, space_flag_args)
 from sweeper.loadgen.endpoints import TokenizeApi
 from sweeper.loadgen.probe import PrefixCacheApi

@@ -1,7 +1,7 @@
 """The level loop, once: for each level (a concurrency, or an open-loop request rate) a warmup
 (not measured), then `repeats` measured runs with fresh prompts (no prefix-cache hits), the median
 repeat kept with the repeats' CV. With a `precision`, each closed-loop run has no warm-up run and no fixed size: it sends until
-its steady-state CI is narrow enough or a cap is hit (precision.py). The sweep (trial/ladder.py)
+its steady-state CI is narrow enough or a cap is hit (precision.py). The sweep (trial/load_ladder.py)
 and `sweeper load` (a server already up; launches nothing) both run it; what differs between them (sample files, the watchdog, judging a level) comes in as hooks.
 """
 

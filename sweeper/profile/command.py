@@ -15,7 +15,7 @@ from sweeper.engines import get_engine
 from sweeper.errors import UserError
 from sweeper.hosts import Host, ServerProcess, open_host
 from sweeper.hosts.base import LaunchIntent
-from sweeper.profile.report import build_profile_record, build_profile_summary, format_profile_text
+from sweeper.profile.outputs import build_profile_record, build_profile_summary, format_profile_text
 from sweeper.profile.run import ProfileContext, ProfileRequest, profile_config, relative_paths
 from sweeper.profile.trace import (
     TraceError, group_shares, is_trace_file, load_trace, summarize_traces,

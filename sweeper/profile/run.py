@@ -16,7 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from sweeper.engines.base import Engine
+from sweeper.engines.adapter import Engine
 from sweeper.errors import PortClash, UserError
 from sweeper.hosts.base import Host, LaunchIntent, ServerProcess, StopReport
 from sweeper.loadgen.client import run_level
@@ -33,7 +33,7 @@ from sweeper.spec.space import Space
 from sweeper.outcomes import FailureKind
 from sweeper.trial.context import Failure, TrialContext, TrialOutcome
 from sweeper.trial.gate import OutputSample
-from sweeper.trial.ladder import build_level_plan, hang_of, served_vocab_size
+from sweeper.trial.load_ladder import build_level_plan, hang_of, served_vocab_size
 from sweeper.trial.launch import LaunchedServer, launched_server
 from sweeper.trial.pipeline import check_server_output
 

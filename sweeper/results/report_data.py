@@ -57,7 +57,7 @@ class TimelineRow:
     start_s: float
     stage_seconds: dict[str, float]
     outcome: str
-    proposed_by: str = ""  # which strategy proposed the trial and why (search/local.py)
+    proposed_by: str = ""  # which strategy proposed the trial and why (search/local_search.py)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Which Optuna sampler a study uses: `auto` picks brute force when the discrete space is small
 next to the budget, otherwise `gp` (search/gp.py: a Gaussian process over the levers, expected
 improvement around the best estimates times a learnt chance to run).
-`local` (search/local.py: single-lever moves from the incumbent, then pairs, interleaved with TPE)
+`local` (search/local_search.py: single-lever moves from the incumbent, then pairs, interleaved with TPE)
 was `auto` before the GP; `tpe` is plain multivariate TPE (the default before issue 20; not grouped:
 on the demo space grouping by the conditional branches needed 25 evaluations to get within 2% of
 the optimum against 14 without). bench/README.md has the numbers on a family of surfaces: the GP
@@ -20,7 +20,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.spec.space import Space
 from sweeper.search.configs import count_configs, enumerate_configs, parameter_values
-from sweeper.search.local import LocalSearchSampler, Move
+from sweeper.search.local_search import LocalSearchSampler, Move
 from sweeper.search.model import propose as thompson_draw
 
 SAMPLERS = ("auto", "gp", "model", "hybrid", "local", "tpe", "brute", "random", "grid")

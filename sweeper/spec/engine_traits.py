@@ -13,7 +13,7 @@ _SGLANG_PARALLEL = (("--tp-size", "--tensor-parallel-size"), ("--dp-size", "--da
 PARALLEL_FLAGS: dict[str, tuple[tuple[str, ...], ...]] = {
     # server_args.py: expert parallelism (--ep-size) splits the TP group, it adds no GPUs
     "sglang": _SGLANG_PARALLEL,
-    "sim": _SGLANG_PARALLEL,  # the simulator speaks sglang's flags (engines/sim.py)
+    "sim": _SGLANG_PARALLEL,  # the simulator speaks sglang's flags (engines/simulator.py)
     "vllm": (("--tensor-parallel-size", "-tp"), ("--data-parallel-size", "-dp"),
              ("--pipeline-parallel-size", "-pp")),
 }

@@ -30,7 +30,7 @@ class HostSpec(Strict):
     connect_timeout_s: float = Field(10.0, gt=0)
     keepalive_s: float = Field(15.0, ge=0)
     reconnect_timeout_s: float = Field(60.0, ge=0, description="give up reconnecting after a drop")
-    # GPU gate (sweeper/hosts/gate.py): auto = on when the host has nvidia-smi
+    # GPU gate (sweeper/hosts/gpu_gate.py): auto = on when the host has nvidia-smi
     gpu_gate: Literal["auto", "on", "off"] = "auto"  # unquoted on/off too (Strict: YAML 1.1 booleans)
     gpu_busy_mib: int = Field(1024, ge=0, description="a foreign process above this blocks a launch")
     gpu_release_timeout_s: float = Field(120.0, gt=0)

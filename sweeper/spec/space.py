@@ -211,7 +211,7 @@ class Workload(Strict):
     min_tokens: bool = Field(False, description="also send min_tokens = output_len")
     continuous_usage_stats: bool = Field(True, description="ask for usage in every chunk")
     # sweeper: sweeper's own streaming client; native: the engine's own benchmark as the load, run
-    # on the host, its JSON read into the level record (loadgen/native.py; vLLM: vllm bench serve)
+    # on the host, its JSON read into the level record (loadgen/native_results.py; vLLM: vllm bench serve)
     load: Literal["sweeper", "native"] = "sweeper"
     stall_timeout_s: float | None = Field(None, gt=0, description="no byte this long: a hang (default: launch's)")
     max_client_lag_ms: float = Field(MAX_CLIENT_LAG_P99_MS, gt=0, description="client event-loop p99 lag above this: "

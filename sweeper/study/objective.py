@@ -24,7 +24,7 @@ from sweeper.search.pareto import dominated_verdict
 from sweeper.study.reference import reference_samples, settle_reference as settle, use_reference_file
 from sweeper.study.record import constraint_values, judge_level, objective_values, outcome_attrs
 from sweeper.study.trials import best_trial, feasible_trials, is_evaluation
-from sweeper.search.local import ensure_proposed_by
+from sweeper.search.local_search import ensure_proposed_by
 from sweeper.study.storage import StorageBusy
 from sweeper.interrupts import interruptible
 from sweeper.search.configs import config_key, suggest_config

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from sweeper.engines.base import Engine
+from sweeper.engines.adapter import Engine
 from sweeper.hosts.base import Host, LaunchIntent, ServerProcess
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import Space

@@ -22,12 +22,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from sweeper.engines.base import EngineInfo, LaunchSpec, classify_log, config_gpus, gpus_beyond_host
+from sweeper.engines.adapter import EngineInfo, LaunchSpec, classify_log, config_gpus, gpus_beyond_host
 from sweeper.engines.flags import flag_problems
 from sweeper.errors import InfraError, PortClash
 from sweeper.hosts.agent import write_whole
 from sweeper.hosts.base import Host, LaunchIntent, ServerProcess, StopReport
-from sweeper.hosts.gate import check_gpus_before_launch, wait_gpus_released
+from sweeper.hosts.gpu_gate import check_gpus_before_launch, wait_gpus_released
 from sweeper.hosts.gpu import GpuSnapshot, gpus_needed
 from sweeper.loadgen.client import LoadgenError, complete, get_status
 from sweeper.loadgen.endpoints import RequestDialect

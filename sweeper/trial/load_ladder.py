@@ -11,7 +11,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from sweeper.engines.base import EngineInfo, first_stall_line
+from sweeper.engines.adapter import EngineInfo, first_stall_line
 from sweeper.hosts.base import Host, ServerProcess
 from sweeper.loadgen.capacity import CapacitySlo, capacity_record, find_capacity
 from sweeper.loadgen.client import STALLED, LevelRun, StreamOptions, fit_to_dialect, is_stalled

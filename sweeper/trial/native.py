@@ -1,15 +1,15 @@
 """`workload.load: native`: each level measured by the engine's own benchmark (e.g. `vllm bench
 serve`) run on the host against the launched server, its JSON read into a level record
-(loadgen/native.py), so a user can compare with the tool their engine ships."""
+(loadgen/native_results.py), so a user can compare with the tool their engine ships."""
 
 from __future__ import annotations
 
 import posixpath
 from typing import Callable
 
-from sweeper.engines.base import Engine
+from sweeper.engines.adapter import Engine
 from sweeper.hosts.base import Host, ServerProcess
-from sweeper.loadgen.native import parse_vllm_result
+from sweeper.loadgen.native_results import parse_vllm_result
 from sweeper.spec.space import Workload
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from sweeper.levels import short_level
-from sweeper.engines.base import config_gpus
+from sweeper.engines.adapter import config_gpus
 from sweeper.errors import InfraError
 from sweeper.loadgen.capacity import CapacitySlo
 from sweeper.loadgen.metrics import spoiled_by_client
@@ -25,7 +25,7 @@ from sweeper.spec.space import OutputCheck
 from sweeper.trial.context import Failure, TrialContext, TrialOutcome
 from sweeper.trial.energy import PowerMeter
 from sweeper.trial.gate import GateError, GateTimeout, OutputSample, collect_samples, judge, write_check_file
-from sweeper.trial.ladder import (build_level_plan, build_level_probe, build_level_prompts, build_stream_options,
+from sweeper.trial.load_ladder import (build_level_plan, build_level_probe, build_level_prompts, build_stream_options,
                                   measure_capacity, measure_levels, measure_native_levels, served_vocab_size,
                                   stall_watch)
 from sweeper.trial.native import native_level_runner

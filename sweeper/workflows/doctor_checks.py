@@ -11,10 +11,10 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Iterator
 
 from sweeper.engines import get_engine, installed
-from sweeper.engines.base import Engine, config_gpus, flag_args, gpus_beyond_host, space_flag_args
+from sweeper.engines.adapter import Engine, config_gpus, flag_args, gpus_beyond_host, space_flag_args
 from sweeper.errors import InfraError, UserError
 from sweeper.hosts import Host, open_host
-from sweeper.hosts.gate import format_holders
+from sweeper.hosts.gpu_gate import format_holders
 from sweeper.hosts.gpu import MODEL_QUERY, GpuParseError, GpuSnapshot, gpus_needed, holders_above, parse_gpu_names
 from sweeper.redact import redact_env, redacted_command_line
 from sweeper.search.configs import parameter_values, with_derived

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from sweeper.spec.hosts import HostSpec
 from sweeper.errors import UserError
-from sweeper.hosts.gate import GpuBusy, check_gpus_before_launch, wait_gpus_released
+from sweeper.hosts.gpu_gate import GpuBusy, check_gpus_before_launch, wait_gpus_released
 from sweeper.hosts.procfs import live_group_members
 from sweeper.hosts.ssh import SSHHost
 from sweeper.sim.gpumem import record_gpu_memory

@@ -1,4 +1,4 @@
-"""The campaign's sweep budget (workflows/campaign.py sweep_budget): --trials or the space's, within
+"""The campaign's sweep budget (workflows/campaign_phases.py sweep_budget): --trials or the space's, within
 --max-launches less the finalists' first rounds and the profile's launch."""
 
 import pytest
@@ -6,7 +6,7 @@ import pytest
 from sweeper.errors import UserError
 from sweeper.spaces import packaged_spaces
 from sweeper.spec.space import load_space
-from sweeper.workflows.campaign import sweep_budget
+from sweeper.workflows.campaign_phases import sweep_budget
 
 DEMO = load_space(packaged_spaces()["demo"])  # the simulator (it has a profiler), budget 36
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sweeper.redact import redact_argv
-from sweeper.workflows.doctor import model_is_path
+from sweeper.workflows.doctor_checks import model_is_path
 
 
 def test_paths_are_checked_and_hub_ids_are_not():

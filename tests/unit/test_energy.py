@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.engines.base import gpus_in_argv
+from sweeper.engines.adapter import gpus_in_argv
 from sweeper.engines.sglang import SGLANG_INFO
 from sweeper.engines.vllm import VLLM_INFO
 from sweeper.hosts.gpu import POWER_QUERY, GpuParseError, parse_power
 from sweeper.loadgen.metrics import per_user_throughput
 from sweeper.sim.nvidia_smi import BUSY_W, IDLE_W, render
 from sweeper.trial.energy import PowerMeter, energy_j
-from sweeper.trial.ladder import energy_fields, per_gpu_fields
+from sweeper.trial.load_ladder import energy_fields, per_gpu_fields
 
 H200 = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia_smi" / "h200"
 

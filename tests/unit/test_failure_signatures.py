@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.engines.base import classify_log
+from sweeper.engines.adapter import classify_log
 from sweeper.engines.sglang import SGLANG_SIGNATURES
 from sweeper.engines.vllm import VLLM_SIGNATURES
 

@@ -4,14 +4,14 @@ counted as valid). The lines are the real ones: tests/fixtures/vllm/jit_lines.tx
 
 from pathlib import Path
 
-from sweeper.engines.base import first_stall_line
+from sweeper.engines.adapter import first_stall_line
 from sweeper.engines.vllm import VLLM_INFO
 from sweeper.loadgen.client import LevelRun, RequestSample
 from sweeper.loadgen.lag import LagStats
 from sweeper.loadgen.onhost import LoadPlace
 from sweeper.spec.space import Workload
 from sweeper.loadgen.endpoints import RequestDialect
-from sweeper.trial.ladder import build_level_plan, measure_levels
+from sweeper.trial.load_ladder import build_level_plan, measure_levels
 
 JIT = (Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "jit_lines.txt").read_text()
 HEALTHY = (Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "serve_defaults.log").read_text()

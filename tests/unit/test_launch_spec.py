@@ -3,7 +3,7 @@
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import parse_space
 from sweeper.engines import get_engine
-from sweeper.engines.base import classify_log
+from sweeper.engines.adapter import classify_log
 from sweeper.engines.sglang import SGLANG_SIGNATURES
 
 SPACE = parse_space("""\

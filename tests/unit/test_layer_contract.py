@@ -44,8 +44,8 @@ def test_a_module_level_upward_import_breaks_the_contract(tree_copy: Path):
 
 def test_a_function_level_upward_import_breaks_the_contract(tree_copy: Path):
     trials = tree_copy / "sweeper" / "study" / "trials.py"
-    trials.write_text(trials.read_text() + "\n\ndef planted():\n    from sweeper.workflows import campaign\n"
-                      "    return campaign\n")
+    trials.write_text(trials.read_text() + "\n\ndef planted():\n    from sweeper.workflows import campaign_phases\n"
+                      "    return campaign_phases\n")
     result = lint_imports(tree_copy)
     assert result.returncode == 1
-    assert "sweeper.study.trials -> sweeper.workflows.campaign" in result.stdout
+    assert "sweeper.study.trials -> sweeper.workflows.campaign_phases" in result.stdout

@@ -11,7 +11,7 @@ import pytest
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import parse_space
 from sweeper.engines import get_engine
-from sweeper.engines.base import classify_log
+from sweeper.engines.adapter import classify_log
 from sweeper.engines.flags import flag_problems, parse_help_flags
 from sweeper.engines.llamacpp import (
     BINARY_ENV, LLAMACPP_SIGNATURES, default_llama_server_path, llama_server_path,

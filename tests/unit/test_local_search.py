@@ -1,4 +1,4 @@
-"""The local phase of the default search (sweeper/search/local.py): single-lever moves from the
+"""The local phase of the default search (sweeper/search/local_search.py): single-lever moves from the
 incumbent, never a rule-excluded or already-measured config, and a crash region is left."""
 
 import sys
@@ -8,7 +8,7 @@ from pathlib import Path
 import optuna
 
 from sweeper.search.configs import config_key, suggest_config
-from sweeper.search.local import PROPOSED_BY, LocalSearchSampler, is_feasible, single_lever
+from sweeper.search.local_search import PROPOSED_BY, LocalSearchSampler, is_feasible, single_lever
 from sweeper.spec.rules import excluded_by_rule, violated_constraints
 from sweeper.spec.space import load_space
 
@@ -107,7 +107,7 @@ def test_a_feasible_start_is_sought_while_everything_crashed():
 
 
 def test_every_sampler_labels_its_trials():
-    from sweeper.search.local import ensure_proposed_by
+    from sweeper.search.local_search import ensure_proposed_by
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
     study.enqueue_trial(SPACE.seeds[0].params, user_attrs={"seed": "baseline"})
     for _ in range(2):

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.loadgen.native import parse_bench_serving_lines, parse_vllm_result
+from sweeper.loadgen.native_results import parse_bench_serving_lines, parse_vllm_result
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "native"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from sweeper.engines.vllm import VLLMEngine
 from sweeper.hosts.base import CommandResult, ServerProcess
 from sweeper.spec.space import Workload
-from sweeper.trial.ladder import measure_native_levels
+from sweeper.trial.load_ladder import measure_native_levels
 from sweeper.trial.native import native_level_runner
 
 REAL = (Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "vllm_bench_c4.json").read_text()

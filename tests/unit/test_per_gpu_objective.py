@@ -15,7 +15,7 @@ from sweeper.study.record import constraint_values, objective_value, outcome_att
 from sweeper.study.trials import best_trial
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import parse_space
-from sweeper.trial.ladder import per_gpu_fields
+from sweeper.trial.load_ladder import per_gpu_fields
 from sweeper.trial.pipeline import TrialOutcome, config_gpus
 
 HOST = HostSpec(transport="local")

@@ -15,7 +15,7 @@ from sweeper.profile.control import (
     SGLANG_PROFILER, TRACE_SUBDIR, VLLM_PROFILER, VLLM_PROFILER_CONFIG, ProfilerRequestFailed, build_profiler_argv,
     build_profiler_env, call_profiler, profiler_for,
 )
-from sweeper.profile.report import build_profile_record, format_profile_text
+from sweeper.profile.outputs import build_profile_record, format_profile_text
 from sweeper.profile.run import profiled_request_count
 from sweeper.profile.trace import DeviceBusy, KernelRow, KernelTable, group_shares
 

@@ -14,7 +14,7 @@ import pytest
 
 from sweeper.search.configs import config_key, enumerate_configs, suggest_config
 from sweeper.search.gp import _coordinates, fit, fit_runs, propose, runs_chances
-from sweeper.search.local import PROPOSED_BY, is_feasible
+from sweeper.search.local_search import PROPOSED_BY, is_feasible
 from sweeper.search.model import neighbours, random_config
 from sweeper.search.samplers import build_sampler, resolve_sampler_name
 from sweeper.spec.rules import excluded_by_rule, violated_constraints

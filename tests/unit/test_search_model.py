@@ -13,7 +13,7 @@ from optuna.trial import TrialState, create_trial
 from optuna.distributions import CategoricalDistribution
 
 from sweeper.search.configs import config_key, suggest_config, with_derived
-from sweeper.search.local import PROPOSED_BY
+from sweeper.search.local_search import PROPOSED_BY
 from sweeper.search.model import bad_odds, fit, propose, runs_chance
 from sweeper.search.samplers import build_sampler
 from sweeper.spec.rules import excluded_by_rule, violated_constraints

@@ -9,11 +9,11 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
 from sweeper.engines import get_engine
-from sweeper.engines.base import config_gpus, gpus_beyond_host
+from sweeper.engines.adapter import config_gpus, gpus_beyond_host
 from sweeper.fleet.workers import decide_claim
 from sweeper.hosts.local import LocalHost
 from sweeper.outcomes import FailureKind, Stage
-from sweeper.workflows.doctor import check_space_gpus, most_gpus, seed_commands
+from sweeper.workflows.doctor_checks import check_space_gpus, most_gpus, seed_commands
 from sweeper.study.store import stored_host_spec
 from sweeper.study.warm import build_warm_start
 from sweeper.spec.hosts import HostSpec, load_hosts

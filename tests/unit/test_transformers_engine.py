@@ -12,7 +12,7 @@ import pytest
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import Workload, parse_space
 from sweeper.engines import get_engine
-from sweeper.engines.base import classify_log
+from sweeper.engines.adapter import classify_log
 from sweeper.engines.flags import flag_problems, parse_help_flags
 from sweeper.engines.transformers import TRANSFORMERS_SIGNATURES, served_model_path
 from sweeper.loadgen.endpoints import RequestDialect, build_request_body

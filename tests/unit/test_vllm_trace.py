@@ -19,8 +19,8 @@ def test_the_real_vllm_trace_gives_its_kernel_table():
 
 def test_the_real_vllm_bench_serve_json_reads_into_a_level_record():
     """`vllm bench serve --save-result --save-detailed` 0.24.0 at C=4 on the H200
-    (tests/fixtures/vllm/vllm_bench_c4.json), through loadgen/native.py."""
-    from sweeper.loadgen.native import parse_vllm_result
+    (tests/fixtures/vllm/vllm_bench_c4.json), through loadgen/native_results.py."""
+    from sweeper.loadgen.native_results import parse_vllm_result
 
     record = parse_vllm_result((TRACE.parent / "vllm_bench_c4.json").read_text())
     assert record["completed"] == 32 and record["total_output_tokens"] == 2048

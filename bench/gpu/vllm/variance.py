@@ -44,7 +44,7 @@ from sweeper.loadgen.onhost import controller_runner
 from sweeper.loadgen.pinning import client_apart
 from sweeper.loadgen.precision import estimate_of_run, ramp_end, steady_estimate
 from sweeper.spec.space import Workload
-from sweeper.trial.ladder import build_level_plan
+from sweeper.trial.load_ladder import build_level_plan
 
 PORT = 8100
 SCRAPE_EVERY_S = 0.25
