@@ -5,11 +5,14 @@
   finding the servers of launch intents by their run token
   (LocalHost calls it in process; SSHHost ships it with procfs.py and runs it on the host)
 - procfs.py: reading /proc (shipped with the agent)
-- local.py, ssh.py: the transports: how to run a command, start a server, read its log, reach it
-- ssh_config.py, ssh_proxy.py: where and how to connect over SSH (a hosts.yaml entry over ~/.ssh/config:
-  Include, ProxyCommand, ...); a ProxyCommand as the connection's socket
-- forward.py, launch_script.py: the SSH port forward; the launch script written on the host
-- gpu.py, gate.py: nvidia-smi's answers parsed; the GPU gate before a launch and after a stop
+- local.py: the local transport: how to run a command, start a server, read its log, reach it
+- ssh.py: the SSH transport, the same primitives over one connection
+- ssh_config.py: where and how to connect over SSH (a hosts.yaml entry over ~/.ssh/config: Include, ...)
+- ssh_proxy.py: a ProxyCommand as the connection's socket
+- forward.py: the SSH port forward
+- launch_script.py: the launch script written on the host
+- gpu.py: nvidia-smi's answers parsed, and the gate's decisions on them (pure)
+- gpu_gate.py: the GPU gate before a launch and after a stop
 """
 
 from sweeper.spec.hosts import HostSpec
@@ -29,4 +32,4 @@ def open_host(name: str, spec: HostSpec) -> Host:
     raise UserError(f"host {name!r}: transport {spec.transport!r} is not supported yet")
 
 
-__all__ = ["Host", "ServerProcess", "StopReport", "open_host"]
+__all__ = ["Host", "LocalHost", "ServerProcess", "StopReport", "open_host"]

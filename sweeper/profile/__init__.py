@@ -5,5 +5,6 @@
 - control.py  how each engine's torch profiler is switched on (env at launch, HTTP start/stop)
 - fetch.py    list and copy trace files from a host (local or SSH) through Host.run only
 - run.py      the pipeline: preflight, launch, wait_ready, profile under load, fetch, stop
-- report.py   the saved record (profile.json) and the text table (profile.txt)
+- outputs.py  the saved record (profile.json) and the text table (profile.txt)
+- command.py  `sweeper profile` and the campaign's profile of a study's trial: the config, the host, the run
 """

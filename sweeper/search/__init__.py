@@ -2,7 +2,7 @@
 
 - configs.py   a space -> Optuna suggestions, derived values, enumeration, canonical keys, lever values
 - samplers.py  which sampler a study uses (`auto`: brute force when small, else gp.py)
-- local.py     the proposal plumbing every non-Optuna search shares (plans, taken configs, each
+- local_search.py the proposal plumbing every non-Optuna search shares (plans, taken configs, each
                trial's `proposed_by`) and `local`: single-lever moves from the incumbent, then pairs
 - gp.py        the default search on large spaces: a GP over the levers, expected improvement around
                its best estimates times a learnt chance to run

@@ -19,6 +19,9 @@ on the case study in /work/shared/seed. Modules:
 - text.py      deterministic greedy tokens, garbage tokens
 - logs.py      SGLang-style log lines
 - ports.py     the internal ports SGLang binds besides --port (NCCL, DP attention), held while it lives
+- gpumem.py    the simulator's bookkeeping of "GPU memory", read by the nvidia-smi stand-in
+- nvidia_smi.py a stand-in for `nvidia-smi` on hosts without a GPU (the real tool's formats)
+- best.py      the model's exact optimum (or Pareto front) of a space, against a study's pick
 
 The optimum (C=16, input 128, output 32): tp=8, ep=8 (ep = tp), moe_runner_backend
 flashinfer_mxfp4 (or auto, which resolves to it), moe_a2a_backend none, attention triton (or

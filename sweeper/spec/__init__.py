@@ -6,4 +6,6 @@
 - rules.py     a config against the space's static rules and constraints (what preflight refuses)
 - hosts.py     hosts.yaml: HostSpec, load_hosts, load_host
 - space.py     search-space files: parameters, derived, rules, workload, objectives, gate; load_space
+- datasets.py  dataset files (ShareGPT, JSONL) and length distributions: records sent verbatim
+- engine_traits.py what a space is checked against per engine (request API, parallel-size flags)
 """
