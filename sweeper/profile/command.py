@@ -75,14 +75,7 @@ def profile_study_trial(study: optuna.Study, results: Path, hosts_path: Path, nu
     trial = chosen_trial(study, number, best)
     trial_dir = study_dir(results, study.study_name) / "trials" / str(trial.number)
     config = trial_config(space, trial, trial_dir)
-    if not concurrency and space.workload.open_loop:
-        raise UserError(f"study {study.study_name!r} has open-loop levels (workload.request_rates); a profile "
-                        "runs a closed loop: give --concurrency C")
-    level = concurrency or space.objective_level
-    if level < 1:
-        raise UserError(f"--concurrency: expected a number >= 1, got {level}")
-    if seconds <= 0:
-        raise UserError(f"--seconds: expected a duration > 0, got {seconds}")
+    level = profile_level(study.study_name, space, concurrency, seconds)
     host_spec = host_spec_for_resume(attrs, hosts_path)
     host_name = attrs["host_name"]
     host = open_host(host_name, host_spec)
@@ -113,20 +106,38 @@ def profile_study_trial(study: optuna.Study, results: Path, hosts_path: Path, nu
         run = profile_config(ctx, config, ProfileRequest(concurrency=level, seconds=seconds))
     finally:
         host.close()
-    profile_dir = ctx.profile_dir
     meta = {
         "study": study.study_name, "trial": trial.number, "config": config, "host": host_name,
         "engine": space.engine, "concurrency": level, "seconds": seconds, "started_at": started_at,
         "load": run.load, "warnings": run.warnings,
-        "trace_files": relative_paths(run.trace_files, profile_dir),
+        "trace_files": relative_paths(run.trace_files, ctx.profile_dir),
     }
+    return save_profile(study, trial.number, ctx.profile_dir, meta, run, top)
+
+
+def profile_level(study_name: str, space, concurrency: int | None, seconds: float) -> int:
+    """The closed-loop concurrency a profile runs at (--concurrency, else the objective's level); a
+    request it cannot run is refused before anything launches."""
+    if not concurrency and space.workload.open_loop:
+        raise UserError(f"study {study_name!r} has open-loop levels (workload.request_rates); a profile "
+                        "runs a closed loop: give --concurrency C")
+    level = concurrency or space.objective_level
+    if level < 1:
+        raise UserError(f"--concurrency: expected a number >= 1, got {level}")
+    if seconds <= 0:
+        raise UserError(f"--seconds: expected a duration > 0, got {seconds}")
+    return level
+
+
+def save_profile(study: optuna.Study, number: int, profile_dir: Path, meta: dict, run, top: int) -> ProfileResult:
+    """profile.json and profile.txt written in the trial's profile folder, the summary kept in the study."""
     record = build_profile_record(meta, run.table, run.groups, run.busy)
-    title = (f"kernel profile of trial {trial.number} of study {study.study_name} at C={level} for "
+    title = (f"kernel profile of trial {number} of study {study.study_name} at C={meta['concurrency']} for "
              f"{run.load['seconds']:.1f}s ({run.load['completed']} requests)")
     text = format_profile_text(title, run.table, run.groups, run.busy, top)
     (profile_dir / "profile.json").write_text(json.dumps(record, indent=2))
     (profile_dir / "profile.txt").write_text(text)
-    study.set_user_attr(f"{PROFILE_ATTR_PREFIX}{trial.number}", build_profile_summary(record))
+    study.set_user_attr(f"{PROFILE_ATTR_PREFIX}{number}", build_profile_summary(record))
     return ProfileResult(profile_dir, text, record)
 
 

@@ -222,6 +222,31 @@ def _spread_out(space: Space, measured: Sequence[FrozenTrial], rng: random.Rando
     return configs[int(np.argmax(score))]
 
 
+def _candidates(space: Space, best: list[FrozenTrial], rng: random.Random, valid: Callable[[Config], bool],
+                allowed: Callable[[Config], bool]) -> list[tuple[Config, str]]:
+    """The configs the GP scores, each once and allowed: one- and two-lever moves around the best
+    estimates, and random ones (why each is there, for its `proposed_by`)."""
+    pool: list[tuple[Config, str]] = []
+    for around in best:
+        ones = neighbours(space, dict(around.params))
+        pool += [(p, f"1 lever from trial {around.number}") for p in ones]
+        # a move a constraint refuses (tp 2 under ep 4) with the second lever that makes it valid
+        pool += [(q, f"2 levers from trial {around.number}") for p in ones if not valid(p)
+                 for q in neighbours(space, p)]
+        for _ in range(PAIR_CANDIDATES // 3):
+            first = rng.choice(ones)
+            pool.append((rng.choice(neighbours(space, first)), f"2 levers from trial {around.number}"))
+    pool += [(random_config(space, rng), "exploration") for _ in range(RANDOM_CANDIDATES)]
+    seen: set[str] = set()
+    cands: list[tuple[Config, str]] = []
+    for params, why in pool:
+        key = config_key(with_derived(space, params))
+        if key not in seen and allowed(params):
+            seen.add(key)
+            cands.append((params, why))
+    return cands
+
+
 def propose(space: Space, trials: Sequence[FrozenTrial], taken: set[str], maximize: bool,
             seed: Any) -> Proposal | None:
     """The allowed config not in `taken` (config keys) of the highest expected improvement times
@@ -254,25 +279,7 @@ def propose(space: Space, trials: Sequence[FrozenTrial], taken: set[str], maximi
     means, _ = model.predict(space, np.array([_coordinates(space, t.params) for t in feasible]))
     order = np.argsort(-means)
     incumbent, best_mean = feasible[int(order[0])], float(means[order[0]])
-    pool: list[tuple[Config, str]] = []
-    for rank in order[:3]:
-        around = feasible[int(rank)]
-        ones = neighbours(space, dict(around.params))
-        pool += [(p, f"1 lever from trial {around.number}") for p in ones]
-        # a move a constraint refuses (tp 2 under ep 4) with the second lever that makes it valid
-        pool += [(q, f"2 levers from trial {around.number}") for p in ones if not valid(p)
-                 for q in neighbours(space, p)]
-        for _ in range(PAIR_CANDIDATES // 3):
-            first = rng.choice(ones)
-            pool.append((rng.choice(neighbours(space, first)), f"2 levers from trial {around.number}"))
-    pool += [(random_config(space, rng), "exploration") for _ in range(RANDOM_CANDIDATES)]
-    seen: set[str] = set()
-    cands: list[tuple[Config, str]] = []
-    for params, why in pool:
-        key = config_key(with_derived(space, params))
-        if key not in seen and allowed(params):
-            seen.add(key)
-            cands.append((params, why))
+    cands = _candidates(space, [feasible[int(rank)] for rank in order[:3]], rng, valid, allowed)
     if not cands:
         return None
     mean, std = model.predict(space, np.array([_coordinates(space, p) for p, _ in cands]))
