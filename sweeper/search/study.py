@@ -42,8 +42,9 @@ from sweeper.search.storage import StorageBusy, open_storage
 from sweeper.interrupts import held_interrupts, interruptible, stopping
 from sweeper.search.stored import output_rejected, reference_text
 from sweeper.search.configs import config_key, suggest_config
-from sweeper.trial.pipeline import TrialContext, run_trial
-from sweeper.outcomes import FailureKind
+from sweeper.trial.context import TrialContext
+from sweeper.trial.pipeline import run_trial
+from sweeper.outcomes import FailureKind, Stage
 
 MAX_RETRIES = 2
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -269,7 +270,7 @@ def find_duplicate(study: optuna.Study, key: str, number: int) -> FrozenTrial | 
 def passed_gate(outcome) -> bool:
     """The trial's outputs passed the correctness gate (a later load or stop failure does not make
     them wrong: they can still be the reference)."""
-    return bool(outcome.output_samples) and (outcome.failure is None or outcome.failure.stage in ("load", "stop"))
+    return bool(outcome.output_samples) and (outcome.failure is None or outcome.failure.stage in (Stage.LOAD, Stage.STOP))
 
 
 def settle_reference(handle: StudyHandle, trial: optuna.Trial, samples: list[dict] | None) -> None:

@@ -22,7 +22,7 @@ from sweeper.loadgen.probe import LevelProbe
 from sweeper.loadgen.workload import tokenizer_from_file
 from sweeper.loadgen.vocab import model_vocab_size
 from sweeper.levels import Level, Rate, describe_level, is_rate, level_label
-from sweeper.outcomes import PER_GPU_METRIC, LevelMetrics
+from sweeper.outcomes import PER_GPU_METRIC, FailureKind, LevelMetrics, Stage
 from sweeper.spec.space import Workload
 from sweeper.trial.context import Failure
 from sweeper.trial.energy import PowerMeter
@@ -233,7 +233,7 @@ def energy_fields(runs: list[tuple[float, float, int]], time_scale: float = 1.0)
 
 
 def _crashed(level: Level) -> Failure:
-    return Failure("load", "crash_under_load", f"server died at {describe_level(level)}")
+    return Failure(Stage.LOAD, FailureKind.CRASH_UNDER_LOAD, f"server died at {describe_level(level)}")
 
 
 def _any_failed(run: LevelRun) -> bool:
@@ -246,8 +246,8 @@ def hang_of(samples: Sequence, level: Level, what: str, still_alive: Callable[[]
     if not stalled:
         return None
     if not still_alive():
-        return Failure("load", "crash_under_load", f"server died at {describe_level(level)} ({what})")
+        return Failure(Stage.LOAD, FailureKind.CRASH_UNDER_LOAD, f"server died at {describe_level(level)} ({what})")
     tokens = sum(s.streamed_tokens for s in stalled)
-    return Failure("load", "hang", f"{len(stalled)} request(s) at {describe_level(level)} ({what}) "
+    return Failure(Stage.LOAD, FailureKind.HANG, f"{len(stalled)} request(s) at {describe_level(level)} ({what}) "
                    f"{stalled[0].error.removeprefix(STALLED).strip()} after {tokens} token(s) in all, "
                    "with the server still up: hung mid-load")
