@@ -16,7 +16,6 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from sweeper.levels import short_level
 from sweeper.engines.base import config_gpus
 from sweeper.errors import InfraError
-from sweeper.loadgen.capacity import CapacitySlo
 from sweeper.loadgen.metrics import spoiled_by_client
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.loadgen.onhost import load_place
@@ -25,8 +24,8 @@ from sweeper.spec.space import OutputCheck
 from sweeper.trial.context import Failure, TrialContext, TrialOutcome
 from sweeper.trial.energy import PowerMeter
 from sweeper.trial.gate import GateError, GateTimeout, OutputSample, collect_samples, judge, write_check_file
-from sweeper.trial.ladder import (build_level_plan, build_level_probe, measure_capacity, measure_levels,
-                                  measure_native_levels, served_vocab_size, stall_watch)
+from sweeper.trial.ladder import (LadderRun, build_level_plan, build_level_probe, capacity_search, measure_capacity,
+                                  measure_levels, measure_native_levels, served_vocab_size, stall_watch)
 from sweeper.trial.native import native_level_runner
 from sweeper.trial.launch import LaunchedServer, launched_server, timed_stage
 
@@ -97,17 +96,11 @@ def _check_and_measure(ctx: TrialContext, outcome: TrialOutcome, server: Launche
             pgid = server.proc.pgid if ctx.host_spec.transport == "local" else None
             gpus = config_gpus(space, ctx.engine.info, outcome.config, server.argv)
             with power_meter(ctx, server, gpus) as power:
+                run = LadderRun(plan, place, ctx.trial_dir, ctx.on_level, server.still_alive, stalls, gpus, power, pgid)
                 if space.finds_capacity:
-                    slo, workload = CapacitySlo(space.slo.p99_ttft_ms, space.slo.p99_tpot_ms), space.workload
-                    ceiling, resolution = ((workload.capacity_max_rate, workload.capacity_rate_resolution)
-                                           if workload.open_loop else
-                                           (workload.capacity_max_concurrency, workload.capacity_resolution))
-                    outcome.levels, outcome.capacity, outcome.failure = measure_capacity(
-                        plan, place, ctx.trial_dir, slo, ceiling, resolution, ctx.on_level, server.still_alive,
-                        stalls, gpus, power, pgid)
+                    outcome.levels, outcome.capacity, outcome.failure = measure_capacity(run, capacity_search(space))
                     return  # an invalid level is one where the SLO does not hold: it never scores
-                outcome.levels, outcome.failure = measure_levels(plan, place, ctx.trial_dir, ctx.on_level,
-                                                                 server.still_alive, stalls, gpus, power, pgid)
+                outcome.levels, outcome.failure = measure_levels(run)
     for goal_level in sorted({goal.level for goal in space.goals}):  # one level, or the Pareto pair's
         measured = outcome.levels.get(goal_level)
         if outcome.failure is None and measured is not None and not measured.get("valid"):
