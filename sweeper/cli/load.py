@@ -10,6 +10,7 @@ from rich.table import Table
 
 from sweeper.cli.common import console, err, user_errors
 from sweeper.errors import UserError
+from sweeper.loadgen.endpoints import APIS, Api
 
 
 def load(
@@ -73,8 +74,8 @@ def load(
     from sweeper.loadgen.datasets import FORMATS
     import json
 
-    from sweeper.loadgen.ladder import (LoadPlan, bench_serving_record, load_records, parse_api, parse_levels, run_load,
-                                        write_load_records)
+    from sweeper.loadgen.ladder import LoadPlan, load_records
+    from sweeper.loadgen.standalone import bench_serving_record, run_load, write_load_records
     from sweeper.loadgen.probe import LevelProbe
     from sweeper.loadgen.vocab import local_vocab_size
     from sweeper.loadgen.workload import tokenizer_from_file
@@ -140,7 +141,7 @@ def _find_capacity(url: str, model: str, plan, ttft_ms: float | None, tpot_ms: f
     import json
 
     from sweeper.loadgen.capacity import CapacitySlo
-    from sweeper.loadgen.ladder import run_capacity_search
+    from sweeper.loadgen.standalone import run_capacity_search
 
     if ttft_ms is None and tpot_ms is None:
         raise UserError("--find-capacity needs an SLO: --slo-p99-ttft-ms MS and/or --slo-p99-tpot-ms MS")
@@ -172,7 +173,7 @@ def _find_capacity(url: str, model: str, plan, ttft_ms: float | None, tpot_ms: f
 
 
 def _discovered_model(url: str) -> str:
-    from sweeper.loadgen.ladder import discover_model
+    from sweeper.loadgen.standalone import discover_model
 
     try:
         return discover_model(url)
@@ -193,6 +194,23 @@ def _fitted_to_engine(plan, engine: str):
     info = get_engine(engine).info
     probe = replace(plan.probe, cache=info.prefix_cache, tokenize=info.tokenize) if plan.probe else None
     return replace(plan, options=fit_to_dialect(plan.options, info.dialect), probe=probe)
+
+
+def parse_levels(text: str) -> tuple[int, ...]:
+    """`--concurrency 1,4,16` as levels."""
+    try:
+        levels = tuple(int(c) for c in text.split(","))
+    except ValueError:
+        raise UserError(f"--concurrency: expected numbers like 1,4,16, got {text!r}") from None
+    if not levels or min(levels) < 1:
+        raise UserError("--concurrency: levels must be >= 1")
+    return levels
+
+
+def parse_api(text: str) -> Api:
+    if text not in APIS:
+        raise UserError(f"--api: one of {', '.join(APIS)}, got {text!r}")
+    return text  # type: ignore[return-value]
 
 
 def _load_row(level: int, m: dict) -> list[str]:
