@@ -23,7 +23,8 @@ from common import machine_note, refserver
 
 from sweeper.loadgen.capacity import CapacitySlo
 from sweeper.loadgen.client import StreamOptions
-from sweeper.loadgen.ladder import LoadPlan, run_capacity_search
+from sweeper.loadgen.ladder import LoadPlan
+from sweeper.loadgen.standalone import run_capacity_search
 
 DEFAULT_LADDER = (1, 2, 4, 8, 16, 32)
 

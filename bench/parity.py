@@ -22,7 +22,8 @@ from pathlib import Path
 from common import free_port, machine_note, wait_port
 
 from sweeper.loadgen.client import StreamOptions
-from sweeper.loadgen.ladder import LoadPlan, measure_level
+from sweeper.loadgen.ladder import LoadPlan
+from sweeper.loadgen.standalone import measure_level
 
 
 def start_sim(port: int, time_scale: float) -> subprocess.Popen:

@@ -7,7 +7,7 @@ claims (does it cover the pooled mean of all repeats?). Beside them, today's fix
 
 sim: `python -m sweeper.sim` (baseline config, --time-scale 0.02: tok/s are modelled). llamacpp:
 one llama-server (8 x 512 random-weight model written by sweeper's generator, -np 16, -t 1) on
-this machine. Each level is `sweeper load`'s code (loadgen/ladder.py measure_level).
+this machine. Each level is `sweeper load`'s code (loadgen/standalone.py measure_level).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from typing import Iterator
 from common import ROOT, free_port, machine_note, wait_port
 
 from sweeper.loadgen.client import StreamOptions
-from sweeper.loadgen.ladder import LoadPlan, discover_model, measure_level
+from sweeper.loadgen.ladder import LoadPlan
+from sweeper.loadgen.standalone import discover_model, measure_level
 
 SIM_SCALE = 0.02
 SIM_FLAGS = ["--tp", "8", "--moe-runner-backend", "marlin", "--attention-backend", "triton",

@@ -12,12 +12,14 @@ from sweeper.cli.common import console, err, user_errors
 from sweeper.errors import UserError
 from sweeper.loadgen.client import StreamOptions, fit_to_dialect
 from sweeper.spec.datasets import FORMATS
+from sweeper.loadgen.capacity import CapacitySlo
+from sweeper.loadgen.endpoints import APIS, Api
+from sweeper.loadgen.ladder import LoadPlan, load_records
 from sweeper.loadgen.probe import LevelProbe
+from sweeper.loadgen.standalone import (bench_serving_record, discover_model, run_capacity_search, run_load,
+                                        write_load_records)
 from sweeper.loadgen.vocab import local_vocab_size
 from sweeper.loadgen.workload import tokenizer_from_file
-from sweeper.loadgen.capacity import CapacitySlo
-from sweeper.loadgen.ladder import (LoadPlan, bench_serving_record, discover_model, load_records, parse_api, parse_levels,
-                                    run_capacity_search, run_load, write_load_records)
 from sweeper.engines import ENGINES, get_engine
 
 
@@ -188,6 +190,23 @@ def _fitted_to_engine(plan, engine: str):
     info = get_engine(engine).info
     probe = replace(plan.probe, cache=info.prefix_cache, tokenize=info.tokenize) if plan.probe else None
     return replace(plan, options=fit_to_dialect(plan.options, info.dialect), probe=probe)
+
+
+def parse_levels(text: str) -> tuple[int, ...]:
+    """`--concurrency 1,4,16` as levels."""
+    try:
+        levels = tuple(int(c) for c in text.split(","))
+    except ValueError:
+        raise UserError(f"--concurrency: expected numbers like 1,4,16, got {text!r}") from None
+    if not levels or min(levels) < 1:
+        raise UserError("--concurrency: levels must be >= 1")
+    return levels
+
+
+def parse_api(text: str) -> Api:
+    if text not in APIS:
+        raise UserError(f"--api: one of {', '.join(APIS)}, got {text!r}")
+    return text  # type: ignore[return-value]
 
 
 def _load_row(level: int, m: dict) -> list[str]:

@@ -11,6 +11,7 @@
 - lag.py        the client's own event-loop lag, measured during every run
 - metrics.py    pure statistics of a level (bench_serving's definitions), repeats combined
 - ladder.py     the level loop (warmup, repeats, hooks) for the sweep and `sweeper load`
+- standalone.py the level loop against a server already up (`sweeper load`), its capacity search and records
 - precision.py  precision-driven levels: batch means over the MSER-5 steady state, the stop rule
 - pinning.py    the load client on a core apart from a local server, for a harness retry
 - onhost.py     running a level next to the server (the shipped modules)

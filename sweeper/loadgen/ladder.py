@@ -2,13 +2,12 @@
 (not measured), then `repeats` measured runs with fresh prompts (no prefix-cache hits), the median
 repeat kept with the repeats' CV. With a `precision`, each closed-loop run has no warm-up run and no fixed size: it sends until
 its steady-state CI is narrow enough or a cap is hit (precision.py). The sweep (trial/load_ladder.py)
-and `sweeper load` (a server already up; launches nothing) both run it; what differs between them (sample files, the watchdog, judging a level) comes in as hooks.
+and `sweeper load` (standalone.py: a server already up; launches nothing) both run it; what differs between them (sample files, the watchdog, judging a level) comes in as hooks.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import math
 from contextlib import nullcontext
@@ -17,13 +16,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sweeper.errors import UserError
-from sweeper.loadgen.capacity import CapacitySlo, capacity_record, find_capacity
-from sweeper.loadgen.client import LevelRun, StreamOptions, get
+from sweeper.loadgen.client import LevelRun, StreamOptions
 from sweeper.spec.datasets import LengthDistribution, PromptRecord, draw_lengths, load_dataset, sample_records
-from sweeper.loadgen.endpoints import APIS, Api, Prompt
+from sweeper.loadgen.endpoints import Prompt
 from sweeper.loadgen.metrics import (MAX_CLIENT_LAG_P99_MS, achieved_arrival_rate, combine_repeats, latency_fields,
                                      spoiled_by_client, summarize_level)
-from sweeper.loadgen.onhost import controller_runner
 from sweeper.loadgen.pinning import client_apart
 from sweeper.loadgen.precision import PrecisionStop, estimate_of_run, ramp_end
 from sweeper.loadgen.probe import LevelProbe, cache_fields, flush_refused_note, token_count_fields
@@ -37,25 +34,6 @@ from sweeper.spec.space import DEFAULT_MAX_SECONDS, LengthSpec, Workload
 log = logging.getLogger(__name__)
 
 HARNESS_RETRIES = 2  # measurements again of a run the client's own lag or turnaround spoiled (then it counts)
-
-# What `sweeper load --json` writes per level, in this order: bench_serving's names.
-RECORD_KEYS = (
-    "max_concurrency", "request_rate", "completed", "failed", "duration",
-    "total_input_tokens", "total_output_tokens",
-    "output_throughput", "input_throughput", "total_throughput", "request_throughput",
-    "request_goodput",
-    *(f"{stat}_{metric}_ms" for metric in ("ttft", "itl", "tpot", "e2e_latency")
-      for stat in ("mean", "median", "std", "p90", "p95", "p99")),
-    "concurrency", "client_lag_p99_ms", "repeats", "cv_output_throughput", "unstable",
-    "tokens_per_chunk", "coarse_stream", "achieved_request_rate",
-    "prompt_tokens_counted", "mean_prompt_tokens_counted", "prompt_tokens_counted_by",
-    "prompts_sent_as", "dataset_records_reused", "level_notes",
-    "cache_flushed", "prefix_cache_hit_rate", "prefix_cache_hit_tokens", "prefix_cache_query_tokens",
-    "output_throughput_ci_low", "output_throughput_ci_high", "batches", "precision_reached", "warmup_dropped_s",
-    "steady_requests", "ramp_s", "drain_s", "window_s",
-    "valid", "invalid_reason",
-)
-
 
 @dataclass(frozen=True)
 class LoadPlan:
@@ -415,35 +393,6 @@ def precision_fields(plan: LoadPlan, run: LevelRun, until: PrecisionStop) -> dic
     return fields
 
 
-def discover_model(base_url: str, timeout_s: float = 10.0) -> str:
-    """The first model id the server lists at /v1/models."""
-    try:
-        status, text = get(base_url.rstrip("/") + "/v1/models", timeout_s)
-        if status != 200:
-            raise ValueError(f"HTTP {status}")
-        return str(json.loads(text)["data"][0]["id"])
-    except Exception as exc:
-        raise ValueError(f"cannot read a model name from {base_url}/v1/models ({type(exc).__name__}: "
-                         f"{exc}); pass --model") from exc
-
-
-def parse_levels(text: str) -> tuple[int, ...]:
-    """`--concurrency 1,4,16` as levels."""
-    try:
-        levels = tuple(int(c) for c in text.split(","))
-    except ValueError:
-        raise UserError(f"--concurrency: expected numbers like 1,4,16, got {text!r}") from None
-    if not levels or min(levels) < 1:
-        raise UserError("--concurrency: levels must be >= 1")
-    return levels
-
-
-def parse_api(text: str) -> Api:
-    if text not in APIS:
-        raise UserError(f"--api: one of {', '.join(APIS)}, got {text!r}")
-    return text  # type: ignore[return-value]
-
-
 def build_prompts(plan: LoadPlan, n: int, seed: int, records_at: tuple[int, int] | None = None) -> list[Prompt]:
     """Token ids or text (LoadPlan.sends_text). With custom prompts (a dataset, drawn lengths,
     shared prefixes) each is a dict with its own max_tokens (endpoints.Prompt). Seeded: the same
@@ -505,80 +454,3 @@ def load_records(path: str | None, fmt: str | None, tokenizer: Any | None = None
         return ()
     count = (lambda text: len(tokenizer.encode(text, add_special_tokens=False).ids)) if tokenizer else None
     return tuple(load_dataset(Path(path), fmt, count))
-
-
-def closed_or_open_loop(base_url: str, model: str, plan: LoadPlan) -> Send:
-    """`sweeper load`'s sender: closed loop at C, or open loop at the plan's rate capped at C."""
-    run = controller_runner(base_url, model)  # the trial's sender from the controller, too
-
-    def send(prompts, concurrency: int, until=None, offsets: list[float] | None = None) -> LevelRun:
-        return run(prompts, plan.output_len, concurrency, plan.options, until, offsets=offsets)
-
-    return send
-
-
-class LoadCommandHooks(LadderHooks):
-    """`sweeper load`: each level names its target and rate, and is shown as it is measured."""
-
-    def __init__(self, plan: LoadPlan, on_level: Callable[[int, LevelMetrics], None]) -> None:
-        self.plan, self.on_level = plan, on_level
-
-    def level_fields(self, concurrency: int, metrics: LevelMetrics) -> dict[str, Any]:
-        return {"max_concurrent_requests": concurrency or None, "request_rate": self.plan.request_rate}
-
-    def level_done(self, concurrency: int, metrics: LevelMetrics) -> None:
-        self.on_level(concurrency, metrics)
-
-
-def measure_level(base_url: str, model: str, plan: LoadPlan, concurrency: int) -> LevelMetrics:
-    """One level of `sweeper load`: warmup, then `repeats` measured runs; the median kept. With
-    the plan's request_rate, an open loop at it (concurrency: a cap, 0 for none)."""
-    levels, _ = run_ladder(replace(plan, concurrency=(concurrency,)), closed_or_open_loop(base_url, model, plan),
-                           LoadCommandHooks(plan, lambda c, m: None))
-    return levels[concurrency]
-
-
-def run_load(base_url: str, model: str, plan: LoadPlan,
-             on_level: Callable[[int, LevelMetrics], None] = lambda c, m: None) -> list[LevelMetrics]:
-    """`sweeper load`'s ladder against a server already up: each level's metrics, in order."""
-    levels, _ = run_ladder(plan, closed_or_open_loop(base_url, model, plan), LoadCommandHooks(plan, on_level))
-    return list(levels.values())
-
-
-def run_capacity_search(base_url: str, model: str, plan: LoadPlan, slo: CapacitySlo, *, rate: bool,
-                        ceiling: float, resolution: float, cap: int = 0,
-                        on_level: Callable[[float, LevelMetrics], None] = lambda load, m: None) -> dict:
-    """`sweeper load --find-capacity`: the capacity search (loadgen/capacity.py) with each load a
-    level of this ladder: a closed loop at C, or (rate) an open loop at the plan's arrival law,
-    capped at `cap` in flight (0: none). The search's JSON record."""
-    def measure(load: float) -> LevelMetrics:
-        if rate:
-            metrics = measure_level(base_url, model, replace(plan, request_rate=float(load)), cap)
-        else:
-            metrics = measure_level(base_url, model, replace(plan, request_rate=None), int(load))
-        on_level(load, metrics)
-        return metrics
-
-    start = plan.request_rate if rate else 1
-    found = find_capacity(measure, slo, start=start, ceiling=ceiling, resolution=resolution, relative=rate,
-                          integer=not rate)
-    return capacity_record(found, "rate" if rate else "concurrency", slo, bench_serving_record)
-
-
-def write_load_records(path: Path, levels: list[LevelMetrics]) -> None:
-    """`sweeper load --json`: one bench_serving-named object per level."""
-    path.write_text(json.dumps([bench_serving_record(m) for m in levels], indent=2) + "\n")
-
-
-def bench_serving_record(metrics: dict) -> dict:
-    """One level as `sweeper load --json` writes it: bench_serving's key names, `concurrency` as
-    achieved, `max_concurrency` as the target, `valid` and `invalid_reason` (reasons joined)."""
-    record = {key: _json_safe(metrics.get(key)) for key in RECORD_KEYS}
-    record["max_concurrency"] = metrics.get("max_concurrent_requests")
-    record["invalid_reason"] = "; ".join(metrics.get("invalid_reasons") or []) or None
-    return record
-
-
-def _json_safe(value: Any) -> Any:
-    """NaN (no data, e.g. no completed request) is not JSON: None instead."""
-    return None if isinstance(value, float) and value != value else value

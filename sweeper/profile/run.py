@@ -30,7 +30,7 @@ from sweeper.profile.trace import (
 )
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import Space
-from sweeper.outcomes import FailureKind
+from sweeper.outcomes import FailureKind, Stage
 from sweeper.trial.context import Failure, TrialContext, TrialOutcome
 from sweeper.trial.gate import OutputSample
 from sweeper.trial.load_ladder import build_level_plan, hang_of, served_vocab_size
@@ -175,9 +175,9 @@ def _stopped(ctx: ProfileContext, warnings: list[str], proc: ServerProcess, repo
 
 def _not_profiled(ctx: ProfileContext, failure: Failure) -> UserError:
     """Why the launch path gave no ready server, as the user reads it."""
-    if failure.kind == "unsupported_flag":
+    if failure.kind == FailureKind.UNSUPPORTED_FLAG:
         return UserError("the installed engine refuses this config: " + failure.message)
-    if failure.stage == "preflight":
+    if failure.stage == Stage.PREFLIGHT:
         return UserError(f"this config is not launched by the pipeline: {failure.stage}/{failure.kind}: "
                          f"{failure.message}")
     tail = "\n".join(failure.log_tail.splitlines()[-10:])

@@ -8,7 +8,7 @@ from typing import Hashable, Sequence, TypeVar
 
 from sweeper.spec.space import Space
 from sweeper.outcomes import FailureKind, Stage
-from sweeper.trial.pipeline import Failure
+from sweeper.trial.context import Failure
 
 K = TypeVar("K", bound=Hashable)
 

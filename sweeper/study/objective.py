@@ -28,8 +28,9 @@ from sweeper.search.local_search import ensure_proposed_by
 from sweeper.study.storage import StorageBusy
 from sweeper.interrupts import interruptible
 from sweeper.search.configs import config_key, suggest_config
-from sweeper.trial.pipeline import TrialContext, run_trial
-from sweeper.outcomes import FailureKind
+from sweeper.trial.context import TrialContext
+from sweeper.trial.pipeline import run_trial
+from sweeper.outcomes import FailureKind, Stage
 from sweeper.study.store import StudyHandle, SweepEvents, installed_flags, study_servers, trial_title
 from sweeper.study.record import worst_value
 
@@ -52,7 +53,7 @@ def find_duplicate(study: optuna.Study, key: str, number: int) -> FrozenTrial | 
 def passed_gate(outcome) -> bool:
     """The trial's outputs passed the correctness gate (a later load or stop failure does not make
     them wrong: they can still be the reference)."""
-    return bool(outcome.output_samples) and (outcome.failure is None or outcome.failure.stage in ("load", "stop"))
+    return bool(outcome.output_samples) and (outcome.failure is None or outcome.failure.stage in (Stage.LOAD, Stage.STOP))
 
 
 def settle_reference(handle: StudyHandle, trial: optuna.Trial, samples: list[dict] | None) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from sweeper.loadgen.capacity import capacity_found
 from sweeper.levels import Level, describe_level, level_key
 from sweeper.spec.space import Space
-from sweeper.trial.pipeline import Failure, TrialOutcome
+from sweeper.trial.context import Failure, TrialOutcome
 from sweeper.outcomes import FailureKind, Stage
 
 # The same constraint keys on every trial (Optuna 5 counts a trial without constraints as

@@ -9,6 +9,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from sweeper.engines.adapter import Engine
 from sweeper.hosts.base import Host, LaunchIntent, ServerProcess
+from sweeper.outcomes import FailureKind, Stage
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import Space
 from sweeper.trial.gate import OutputSample
@@ -16,8 +17,8 @@ from sweeper.trial.gate import OutputSample
 
 @dataclass(frozen=True)
 class Failure:
-    stage: str  # preflight | launch | wait_ready | check_output | load | stop
-    kind: str  # constraint | crash | oom | cuda_graph_capture | bad_output | timeout | hang | ...
+    stage: Stage
+    kind: FailureKind  # StrEnums: a stored record holds their plain string values
     message: str
     log_tail: str = ""
 

@@ -154,7 +154,7 @@ def _start_checked(ctx: TrialContext, config: Mapping[str, Any], outcome: TrialO
     spec = spec_at(port)
     if ctx.known_flags is not None and (problems := flag_problems(
             spec.argv, ctx.known_flags, ctx.engine.checks_short_flags, ctx.engine.flag_family)):
-        outcome.failure = Failure("preflight", "unsupported_flag", "; ".join(problems))
+        outcome.failure = Failure(Stage.PREFLIGHT, FailureKind.UNSUPPORTED_FLAG, "; ".join(problems))
         return None
     ctx.host.take_disruption()  # only a connection drop during this launch makes it an infra fault
     with timer("launch"):
@@ -171,7 +171,7 @@ def _ready_or_none(ctx: TrialContext, outcome: TrialOutcome, timer: Callable, pr
     with timer("wait_ready"):
         verdict = wait_ready(ctx.host, proc, info, port, model, ctx.space.launch)
     if not isinstance(verdict, Ready):
-        outcome.failure = Failure("wait_ready", verdict.kind, verdict.message, verdict.log_tail)
+        outcome.failure = Failure(Stage.WAIT_READY, verdict.kind, verdict.message, verdict.log_tail)
         return None
     return LaunchedServer(ctx.host, proc, port, ctx.host.base_url(port), model, info.dialect,
                           stall_timeout_of(ctx.space), argv, gpu_indices)
@@ -191,7 +191,7 @@ def _stop_and_release(ctx: TrialContext, outcome: TrialOutcome, timer: Callable,
         outcome.stage_seconds["stop"] = round(time.monotonic() - started, 3)
     (trial_dir / "stop.json").write_text(json.dumps(asdict(report), indent=2))
     if report.left_behind and outcome.failure is None:
-        outcome.failure = Failure("stop", "stop_failed", f"processes left behind: {report.left_behind}")
+        outcome.failure = Failure(Stage.STOP, FailureKind.STOP_FAILED, f"processes left behind: {report.left_behind}")
     on_stopped(proc, report)
     if gpu_baseline is not None:
         with timer("gpu_release"):
@@ -274,14 +274,14 @@ class Ready:
 
 @dataclass(frozen=True)
 class Crashed:
-    kind: str
+    kind: FailureKind
     message: str
     log_tail: str
 
 
 @dataclass(frozen=True)
 class TimedOut:
-    kind: str  # timeout | hang
+    kind: FailureKind  # timeout | hang
     message: str
     log_tail: str
 
@@ -325,16 +325,16 @@ def wait_ready(host: Host, proc: ServerProcess, info: EngineInfo, port: int, mod
             # crash. Else something else holds the port: never measure a server that is not ours.
             if crashed := _crashed(host, proc, info, watch):
                 return crashed
-            return Crashed("port_busy", f"port {port} is answered by a process that is not this server",
+            return Crashed(FailureKind.PORT_BUSY, f"port {port} is answered by a process that is not this server",
                            watch.tail())
         if health == 200 and _generates(base_url, model, info):
             return Ready(time.monotonic() - started)
         now = time.monotonic()
         if health is None and now - watch.last_growth > launch_cfg.stall_timeout_s:
-            return TimedOut("hang", f"no new log line for {launch_cfg.stall_timeout_s:.0f}s and the port is closed",
+            return TimedOut(FailureKind.HANG, f"no new log line for {launch_cfg.stall_timeout_s:.0f}s and the port is closed",
                             watch.tail())
         if now >= deadline:
-            return TimedOut("timeout", f"not ready after {launch_cfg.ready_timeout_s:.0f}s", watch.tail())
+            return TimedOut(FailureKind.TIMEOUT, f"not ready after {launch_cfg.ready_timeout_s:.0f}s", watch.tail())
         if now >= next_slow_note:  # --verbose: what a slow start-up is doing
             log.info("%s: server on port %d not ready after %.0fs (of %.0fs); %s ends:\n%s", host.name, port,
                      now - started, launch_cfg.ready_timeout_s, proc.log_path, indent_lines(watch.tail(10)))
@@ -350,7 +350,7 @@ def _crashed(host: Host, proc: ServerProcess, info: EngineInfo, watch: LogWatch)
         return None
     watch.poll()
     signature = classify_log(watch.text, info.signatures)
-    return Crashed(signature.kind if signature else "crash", "server exited during start-up", watch.tail())
+    return Crashed(signature.kind if signature else FailureKind.CRASH, "server exited during start-up", watch.tail())
 
 
 def _generates(base_url: str, model: str, info: EngineInfo) -> bool:

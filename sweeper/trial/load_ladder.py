@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -22,8 +22,8 @@ from sweeper.loadgen.probe import LevelProbe
 from sweeper.loadgen.workload import tokenizer_from_file
 from sweeper.loadgen.vocab import model_vocab_size
 from sweeper.levels import Level, Rate, describe_level, is_rate, level_label
-from sweeper.outcomes import PER_GPU_METRIC, LevelMetrics
-from sweeper.spec.space import Workload
+from sweeper.outcomes import PER_GPU_METRIC, FailureKind, LevelMetrics, Stage
+from sweeper.spec.space import Space, Workload
 from sweeper.trial.context import Failure
 from sweeper.trial.energy import PowerMeter
 from sweeper.trial.launch import LogWatch
@@ -84,21 +84,49 @@ def stall_watch(host: Host, proc: ServerProcess, stall_lines: Sequence[str]) -> 
     return lambda: first_stall_line(watch.poll(), stall_lines)
 
 
-def measure_levels(plan: LoadPlan, place: LoadPlace, trial_dir: Path,
-                   on_level: Callable[[Level, dict], Failure | None], still_alive: Callable[[], bool],
-                   new_stall: Callable[[], str | None] = lambda: None, gpus: int | None = None,
-                   power: PowerMeter | None = None, server_pgid: int | None = None,
-                   ) -> tuple[dict[Level, LevelMetrics], Failure | None]:
+@dataclass(frozen=True)
+class LadderRun:
+    """A trial's ladder as one value: the plan, where its load is sent from, the trial folder (raw
+    samples), the study's verdict on each level, the watchdog's probes (the server alive, a stall
+    line logged), the GPUs the config runs on (per-GPU metrics) and a running meter of their power,
+    and the server's process group when it runs on this machine (pinning.py)."""
+    plan: LoadPlan
+    place: LoadPlace
+    trial_dir: Path
+    on_level: Callable[[Level, dict], Failure | None]
+    still_alive: Callable[[], bool]
+    new_stall: Callable[[], str | None] = lambda: None
+    gpus: int | None = None
+    power: PowerMeter | None = None
+    server_pgid: int | None = None
+
+
+@dataclass(frozen=True)
+class CapacitySearch:
+    """objective max_load_within_slo: the SLO to hold, the highest load to try and how finely to
+    find it (a rate, relative, for an open loop; else a concurrency)."""
+    slo: CapacitySlo
+    ceiling: float
+    resolution: float
+
+
+def capacity_search(space: Space) -> CapacitySearch:
+    """The space's capacity search: its SLO, and the workload's rate or concurrency bounds."""
+    workload = space.workload
+    ceiling, resolution = ((workload.capacity_max_rate, workload.capacity_rate_resolution) if workload.open_loop
+                           else (workload.capacity_max_concurrency, workload.capacity_resolution))
+    return CapacitySearch(CapacitySlo(space.slo.p99_ttft_ms, space.slo.p99_tpot_ms), ceiling, resolution)
+
+
+def measure_levels(run: LadderRun) -> tuple[dict[Level, LevelMetrics], Failure | None]:
     """The trial's ladder: (levels measured, the failure that ended it early or None); the
-    levels are concurrencies, or rates (open loop) when the plan has rates. `gpus`: the GPUs the
-    config runs on (per-GPU metrics); `power`: a running meter of their power; server_pgid: the
-    server's process group when it runs on this machine (pinning.py)."""
+    levels are concurrencies, or rates (open loop) when the plan has rates."""
+    plan, place = run.plan, run.place
+
     def send(prompts, concurrency: int, until=None, offsets: list[float] | None = None) -> LevelRun:
         return place.run(prompts, plan.output_len, concurrency, plan.options, until, offsets=offsets)
 
-    hooks = TrialLadderHooks(trial_dir, place.where, on_level, still_alive, new_stall, gpus, power, plan.time_scale,
-                             server_pgid)
-    return run_ladder(plan, send, hooks)
+    return run_ladder(plan, send, TrialLadderHooks(run))
 
 
 class _LadderStopped(Exception):
@@ -106,34 +134,31 @@ class _LadderStopped(Exception):
         self.verdict = verdict
 
 
-def measure_capacity(plan: LoadPlan, place: LoadPlace, trial_dir: Path, slo: CapacitySlo, ceiling: float,
-                     resolution: float, on_level: Callable[[Level, dict], Failure | None],
-                     still_alive: Callable[[], bool], new_stall: Callable[[], str | None] = lambda: None,
-                     gpus: int | None = None, power: PowerMeter | None = None, server_pgid: int | None = None,
+def measure_capacity(run: LadderRun, search: CapacitySearch,
                      ) -> tuple[dict[Level, LevelMetrics], dict | None, Failure | None]:
     """objective max_load_within_slo: the capacity search (loadgen/capacity.py) with each load a
     level of the trial's ladder (samples, watchdog, the study's verdict): (levels measured, the
     search's record, the failure that ended it early or None). A plan with rates searches the
-    rate (an open loop, from its first rate; `resolution` relative), else the concurrency from 1."""
+    rate (an open loop, from its first rate; the resolution relative), else the concurrency from 1."""
     levels: dict[Level, LevelMetrics] = {}
+    plan = run.plan
     by_rate = bool(plan.rates)
 
     def measure(load: float) -> LevelMetrics:
         level: Level = Rate(load) if by_rate else int(load)
         one = replace(plan, rates=(float(load),)) if by_rate else replace(plan, concurrency=(level,))
-        measured, verdict = measure_levels(one, place, trial_dir, on_level, still_alive, new_stall, gpus, power,
-                                           server_pgid)
+        measured, verdict = measure_levels(replace(run, plan=one))
         levels.update(measured)
         if verdict is not None:
             raise _LadderStopped(verdict)
         return measured[level]
 
     try:
-        found = find_capacity(measure, slo, start=plan.rates[0] if by_rate else 1, ceiling=ceiling,
-                              resolution=resolution, relative=by_rate, integer=not by_rate)
+        found = find_capacity(measure, search.slo, start=plan.rates[0] if by_rate else 1, ceiling=search.ceiling,
+                              resolution=search.resolution, relative=by_rate, integer=not by_rate)
     except _LadderStopped as stopped:
         return levels, None, stopped.verdict
-    return levels, capacity_record(found, "rate" if by_rate else "concurrency", slo, _validity), None
+    return levels, capacity_record(found, "rate" if by_rate else "concurrency", search.slo, _validity), None
 
 
 def _validity(metrics: LevelMetrics) -> dict:
@@ -161,16 +186,14 @@ class TrialLadderHooks(LadderHooks):
     run makes it invalid (one during the warm-up is what the warm-up is for); the study's verdict
     per level."""
 
-    def __init__(self, trial_dir: Path, where: str, on_level: Callable[[Level, dict], Failure | None],
-                 still_alive: Callable[[], bool], new_stall: Callable[[], str | None] = lambda: None,
-                 gpus: int | None = None, power: PowerMeter | None = None, time_scale: float = 1.0,
-                 server_pgid: int | None = None) -> None:
-        self.samples_dir = trial_dir / "samples"
+    def __init__(self, run: LadderRun) -> None:
+        self.samples_dir = run.trial_dir / "samples"
         self.samples_dir.mkdir(parents=True, exist_ok=True)
-        self.where, self.on_level, self.still_alive, self.new_stall = where, on_level, still_alive, new_stall
-        self.gpus, self.power, self.time_scale = gpus, power, time_scale
+        self.where, self.on_level, self.still_alive, self.new_stall = (run.place.where, run.on_level, run.still_alive,
+                                                                       run.new_stall)
+        self.gpus, self.power, self.time_scale = run.gpus, run.power, run.plan.time_scale
         self.energy: dict[Level, list[tuple[float, float, int]]] = {}  # level -> (J, wall s, tokens) per run
-        self._server_pgid = server_pgid
+        self._server_pgid = run.server_pgid
 
     def server_pgid(self) -> int | None:
         return self._server_pgid if self.where == "controller" else None
@@ -233,7 +256,7 @@ def energy_fields(runs: list[tuple[float, float, int]], time_scale: float = 1.0)
 
 
 def _crashed(level: Level) -> Failure:
-    return Failure("load", "crash_under_load", f"server died at {describe_level(level)}")
+    return Failure(Stage.LOAD, FailureKind.CRASH_UNDER_LOAD, f"server died at {describe_level(level)}")
 
 
 def _any_failed(run: LevelRun) -> bool:
@@ -246,8 +269,8 @@ def hang_of(samples: Sequence, level: Level, what: str, still_alive: Callable[[]
     if not stalled:
         return None
     if not still_alive():
-        return Failure("load", "crash_under_load", f"server died at {describe_level(level)} ({what})")
+        return Failure(Stage.LOAD, FailureKind.CRASH_UNDER_LOAD, f"server died at {describe_level(level)} ({what})")
     tokens = sum(s.streamed_tokens for s in stalled)
-    return Failure("load", "hang", f"{len(stalled)} request(s) at {describe_level(level)} ({what}) "
+    return Failure(Stage.LOAD, FailureKind.HANG, f"{len(stalled)} request(s) at {describe_level(level)} ({what}) "
                    f"{stalled[0].error.removeprefix(STALLED).strip()} after {tokens} token(s) in all, "
                    "with the server still up: hung mid-load")

@@ -16,32 +16,18 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from sweeper.levels import short_level
 from sweeper.engines.adapter import config_gpus
 from sweeper.errors import InfraError
-from sweeper.loadgen.capacity import CapacitySlo
 from sweeper.loadgen.metrics import spoiled_by_client
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.loadgen.onhost import load_place
-from sweeper.outcomes import FailureKind
+from sweeper.outcomes import FailureKind, Stage
 from sweeper.spec.space import OutputCheck
 from sweeper.trial.context import Failure, TrialContext, TrialOutcome
 from sweeper.trial.energy import PowerMeter
 from sweeper.trial.gate import GateError, GateTimeout, OutputSample, collect_samples, judge, write_check_file
-from sweeper.trial.load_ladder import (build_level_plan, build_level_probe, build_level_prompts, build_stream_options,
-                                  measure_capacity, measure_levels, measure_native_levels, served_vocab_size,
-                                  stall_watch)
+from sweeper.trial.load_ladder import (LadderRun, build_level_plan, build_level_probe, capacity_search, measure_capacity,
+                                  measure_levels, measure_native_levels, served_vocab_size, stall_watch)
 from sweeper.trial.native import native_level_runner
-from sweeper.trial.launch import (LOG_TAIL_LINES, Crashed, LaunchedServer, LogWatch, Ready, TimedOut,
-                                  build_gpu_memory_record, launch, launched_server, preflight, stop,
-                                  timed_stage, wait_ready, write_launch_files)
-
-BAD_OUTPUT = FailureKind.BAD_OUTPUT  # the failure kind of a config whose greedy outputs fail the gate
-
-__all__ = [  # the stages' names, importable from here as before they had modules of their own
-    "BAD_OUTPUT", "LOG_TAIL_LINES", "Crashed", "Failure", "LogWatch", "Ready", "TimedOut", "TrialContext",
-    "TrialOutcome", "build_gpu_memory_record", "build_level_prompts", "build_stream_options", "check_output",
-    "config_gpus",
-    "launch", "preflight", "run_trial", "served_vocab_size", "stop", "wait_ready", "write_launch_files",
-]
-
+from sweeper.trial.launch import LaunchedServer, launched_server, timed_stage
 
 def run_trial(ctx: TrialContext, config: Mapping[str, Any]) -> TrialOutcome:
     outcome = TrialOutcome(config=dict(config))
@@ -64,8 +50,8 @@ def check_output(base_url: str, model: str, check: OutputCheck, reference: Seque
         samples = collect_samples(base_url, model, check, timeout_s, dialect)
     except GateError as exc:
         write_check_file(trial_dir, [], None, error=str(exc))
-        kind = "hang" if isinstance(exc, GateTimeout) else "generation_error"
-        return [], Failure("check_output", kind, str(exc))
+        kind = FailureKind.HANG if isinstance(exc, GateTimeout) else FailureKind.GENERATION_ERROR
+        return [], Failure(Stage.CHECK_OUTPUT, kind, str(exc))
     if check.mode == "none" or (check.mode == "reference-only" and reference is None):
         write_check_file(trial_dir, samples, None)
         return samples, None  # a generation succeeded: all this mode asks
@@ -73,7 +59,7 @@ def check_output(base_url: str, model: str, check: OutputCheck, reference: Seque
     write_check_file(trial_dir, samples, verdict)
     if verdict.passed:
         return samples, None
-    return samples, Failure("check_output", BAD_OUTPUT,
+    return samples, Failure(Stage.CHECK_OUTPUT, FailureKind.BAD_OUTPUT,
                             f"{'; '.join(verdict.reasons)} (compared with the {verdict.compared_with}; "
                             "samples in output_check.json)")
 
@@ -110,17 +96,11 @@ def _check_and_measure(ctx: TrialContext, outcome: TrialOutcome, server: Launche
             pgid = server.proc.pgid if ctx.host_spec.transport == "local" else None
             gpus = config_gpus(space, ctx.engine.info, outcome.config, server.argv)
             with power_meter(ctx, server, gpus) as power:
+                run = LadderRun(plan, place, ctx.trial_dir, ctx.on_level, server.still_alive, stalls, gpus, power, pgid)
                 if space.finds_capacity:
-                    slo, workload = CapacitySlo(space.slo.p99_ttft_ms, space.slo.p99_tpot_ms), space.workload
-                    ceiling, resolution = ((workload.capacity_max_rate, workload.capacity_rate_resolution)
-                                           if workload.open_loop else
-                                           (workload.capacity_max_concurrency, workload.capacity_resolution))
-                    outcome.levels, outcome.capacity, outcome.failure = measure_capacity(
-                        plan, place, ctx.trial_dir, slo, ceiling, resolution, ctx.on_level, server.still_alive,
-                        stalls, gpus, power, pgid)
+                    outcome.levels, outcome.capacity, outcome.failure = measure_capacity(run, capacity_search(space))
                     return  # an invalid level is one where the SLO does not hold: it never scores
-                outcome.levels, outcome.failure = measure_levels(plan, place, ctx.trial_dir, ctx.on_level,
-                                                                 server.still_alive, stalls, gpus, power, pgid)
+                outcome.levels, outcome.failure = measure_levels(run)
     for goal_level in sorted({goal.level for goal in space.goals}):  # one level, or the Pareto pair's
         measured = outcome.levels.get(goal_level)
         if outcome.failure is None and measured is not None and not measured.get("valid"):
@@ -131,7 +111,7 @@ def _check_and_measure(ctx: TrialContext, outcome: TrialOutcome, server: Launche
                 raise InfraError(f"the load client spoiled {short_level(goal_level)} (after {measured.get('harness_retries')} "
                                  f"retries): {reasons}")
             # An invalid measurement never scores: recorded with its reasons, never ranked.
-            outcome.failure = Failure("load", "invalid_measurement", reasons)
+            outcome.failure = Failure(Stage.LOAD, FailureKind.INVALID_MEASUREMENT, reasons)
 
 
 @contextmanager

@@ -13,7 +13,8 @@ from sweeper.trial.gate import OutputSample
 from sweeper.engines import get_engine
 from sweeper.hosts.local import LocalHost
 from sweeper.hosts.procfs import live_group_members
-from sweeper.trial.pipeline import TrialContext, run_trial
+from sweeper.trial.context import TrialContext
+from sweeper.trial.pipeline import run_trial
 
 SPACE = parse_space("""\
 name: gate

@@ -16,7 +16,8 @@ from sweeper.spec.space import Launch, OutputCheck, parse_space
 from sweeper.trial.gate import OutputSample
 from sweeper.engines.llamacpp import LLAMACPP_INFO, LlamaCppEngine
 from sweeper.hosts.procfs import live_group_members
-from sweeper.trial.pipeline import Crashed, Ready, check_output, stop, wait_ready
+from sweeper.trial.launch import Crashed, Ready, stop, wait_ready
+from sweeper.trial.pipeline import check_output
 from tests.support.hosts import local_host, ssh_host
 from tests.support.llamacpp import needs_llama_server
 from tests.support.ports import free_port_on

@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 
 from sweeper.loadgen.client import StreamOptions
-from sweeper.loadgen.ladder import LoadPlan, discover_model, measure_level
+from sweeper.loadgen.ladder import LoadPlan
+from sweeper.loadgen.standalone import discover_model, measure_level
 from tests.support.sim import BASELINE_FLAGS, SCALE, launched
 
 KEYS = ("output_throughput", "output_throughput_ci_low", "output_throughput_ci_high", "batches",

@@ -17,7 +17,8 @@ from sweeper.cli import app
 from sweeper.engines import get_engine
 from sweeper.loadgen.client import StreamOptions
 from sweeper.spec.datasets import LengthDistribution, PromptRecord, draw_lengths
-from sweeper.loadgen.ladder import LoadPlan, build_prompts, run_load
+from sweeper.loadgen.ladder import LoadPlan, build_prompts
+from sweeper.loadgen.standalone import run_load
 from sweeper.loadgen.probe import LevelProbe, PrefixCacheApi
 from tests.support.fake_servers import MODEL
 from tests.support.paths import ROOT

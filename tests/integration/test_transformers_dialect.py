@@ -20,7 +20,8 @@ from sweeper.engines import get_engine
 from sweeper.loadgen.client import LoadgenError, complete, run_level
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.loadgen.metrics import summarize_level
-from sweeper.trial.pipeline import build_level_prompts, build_stream_options, check_output
+from sweeper.trial.load_ladder import build_level_prompts, build_stream_options
+from sweeper.trial.pipeline import check_output
 from tests.support.fake_servers import ThreadedApp
 
 PINNED = "/models/moe"

@@ -10,7 +10,7 @@ import pytest
 
 from sweeper.spec.space import Launch
 from sweeper.engines.sglang import SGLANG_INFO
-from sweeper.trial.pipeline import Crashed, TimedOut, wait_ready
+from sweeper.trial.launch import Crashed, TimedOut, wait_ready
 from tests.support.hosts import local_host
 from tests.support.ports import free_port_on
 

@@ -19,7 +19,7 @@ from sweeper.results.table import format_leaderboard_table
 from sweeper.workflows.ablation import Measured, summarize_finalists
 from sweeper.study.store import trial_title
 from sweeper.spec.hosts import HostSpec
-from sweeper.trial.pipeline import TrialOutcome
+from sweeper.trial.context import TrialOutcome
 from tests.unit.test_leaderboard import SPACE, level, make_study, record
 
 NOISE = {"between_cv": 0.018, "within_cv": 0.009, "launches": 5, "repeats": 3, "level": "c16"}

@@ -19,7 +19,7 @@ from sweeper.results.table import format_leaderboard_table
 from sweeper.study.record import constraint_values, objective_value, outcome_attrs
 from sweeper.spec.space import parse_space
 from sweeper.trial.load_ladder import per_gpu_fields
-from sweeper.trial.pipeline import TrialOutcome
+from sweeper.trial.context import TrialOutcome
 
 SPACE_TEXT = """\
 name: cap

@@ -121,7 +121,8 @@ def test_version_texts():
 def test_run_trial_refuses_a_removed_flag_before_anything_is_launched(tmp_path):
     """The pipeline itself: SGLang 0.5.23's --help, a space still using --cuda-graph-max-bs."""
     from sweeper.hosts.local import LocalHost
-    from sweeper.trial.pipeline import TrialContext, run_trial
+    from sweeper.trial.context import TrialContext
+    from sweeper.trial.pipeline import run_trial
 
     host = LocalHost("local", HostSpec(transport="local", gpu_gate="off", base_port=36000))
     try:

@@ -11,7 +11,7 @@ from sweeper.loadgen.lag import LagStats
 from sweeper.loadgen.onhost import LoadPlace
 from sweeper.spec.space import Workload
 from sweeper.loadgen.endpoints import RequestDialect
-from sweeper.trial.load_ladder import build_level_plan, measure_levels
+from sweeper.trial.load_ladder import LadderRun, build_level_plan, measure_levels
 
 JIT = (Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "jit_lines.txt").read_text()
 HEALTHY = (Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "serve_defaults.log").read_text()
@@ -41,8 +41,9 @@ def test_a_compile_logged_during_the_measured_run_invalidates_that_level_only(tm
     # the log as read after: C=1 warm-up (a compile: what warm-up is for), C=1 run, C=4 warm-up, C=4 run (a compile)
     news = iter([moe, "", "", moe])
     workload = Workload(input_len=8, output_len=8, concurrency=[1, 4], min_rounds=2, warmup_rounds=1)
-    levels, failure = measure_levels(build_level_plan(workload, RequestDialect()), LoadPlace("controller", closed_loop),
-                                     tmp_path, lambda c, m: None, lambda: True, new_stall=lambda: next(news))
+    levels, failure = measure_levels(LadderRun(build_level_plan(workload, RequestDialect()),
+                                               LoadPlace("controller", closed_loop), tmp_path, lambda c, m: None,
+                                               lambda: True, new_stall=lambda: next(news)))
     assert failure is None
     assert levels[1]["valid"], levels[1]["invalid_reasons"]
     assert not levels[4]["valid"]

@@ -2,7 +2,7 @@
 
 from sweeper.spec.space import parse_space
 from sweeper.study.record import constraint_values, judge_level, slo_excess
-from sweeper.trial.pipeline import Failure, TrialOutcome
+from sweeper.trial.context import Failure, TrialOutcome
 
 SPACE = parse_space("""\
 name: t

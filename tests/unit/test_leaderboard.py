@@ -9,7 +9,7 @@ from sweeper.spec.space import parse_space
 from sweeper.study.record import constraint_values, objective_value, outcome_attrs
 from sweeper.study.trials import best_trial
 from sweeper.results.leaderboard import leaderboard_frame
-from sweeper.trial.pipeline import Failure, TrialOutcome
+from sweeper.trial.context import Failure, TrialOutcome
 
 SPACE = parse_space("""\
 name: t

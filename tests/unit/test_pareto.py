@@ -24,7 +24,7 @@ from sweeper.results.ranking import ranked_frame
 from sweeper.results.report import build_report
 from sweeper.results.report_data import build_report_data
 from sweeper.study.objective import _copy_duplicate, _front_points
-from sweeper.trial.pipeline import Failure, TrialOutcome
+from sweeper.trial.context import Failure, TrialOutcome
 
 BASE = """\
 name: p

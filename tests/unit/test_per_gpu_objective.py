@@ -16,7 +16,8 @@ from sweeper.study.trials import best_trial
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import parse_space
 from sweeper.trial.load_ladder import per_gpu_fields
-from sweeper.trial.pipeline import TrialOutcome, config_gpus
+from sweeper.engines.adapter import config_gpus
+from sweeper.trial.context import TrialOutcome
 
 HOST = HostSpec(transport="local")
 

@@ -17,7 +17,7 @@ from sweeper.results.show import build_best_record, build_show_record
 from sweeper.results.table import format_leaderboard_table
 from sweeper.workflows.ablation import Measured, summarize_finalists
 from sweeper.study.record import outcome_attrs
-from sweeper.trial.pipeline import TrialOutcome
+from sweeper.trial.context import TrialOutcome
 from tests.unit.test_leaderboard import level, make_study, record
 
 

@@ -11,7 +11,7 @@ from sweeper.loadgen.ladder import LoadPlan, build_prompts
 from sweeper.loadgen.vocab import config_vocab_size, local_vocab_size, model_vocab_size, tokenizer_vocab_size
 from sweeper.loadgen.client import StreamOptions
 from sweeper.loadgen.endpoints import RequestDialect
-from sweeper.trial.pipeline import build_level_prompts, served_vocab_size
+from sweeper.trial.load_ladder import build_level_prompts, served_vocab_size
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm"
 

@@ -16,7 +16,7 @@ from sweeper.engines.adapter import classify_log
 from sweeper.engines.flags import flag_problems, parse_help_flags
 from sweeper.engines.transformers import TRANSFORMERS_SIGNATURES, served_model_path
 from sweeper.loadgen.endpoints import RequestDialect, build_request_body
-from sweeper.trial.pipeline import build_level_prompts, build_stream_options
+from sweeper.trial.load_ladder import build_level_prompts, build_stream_options
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "transformers"
