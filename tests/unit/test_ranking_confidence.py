@@ -18,7 +18,7 @@ from sweeper.results.table import format_leaderboard_table
 from sweeper.search.ablation import Measured, summarize_finalists
 from sweeper.search.record import outcome_attrs
 from sweeper.trial.pipeline import TrialOutcome
-from tests.unit.test_leaderboard import level, make_study, record
+from tests.support.studies import level, make_study, record
 
 
 def precise(tok_s, low, high, batches=None, reached=True):
