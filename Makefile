@@ -53,8 +53,13 @@ test-deps:
 	@test -n "$$(command -v initdb || ls /usr/lib/postgresql/*/bin/initdb 2>/dev/null)" || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql)
 	@test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
+# Tests in parallel (pytest-xdist): most of their time is spent waiting on servers, sockets and
+# subprocesses, so more workers than cores pay (bench/test_suite.md). A module's tests that share
+# an expensive module fixture carry one xdist_group and stay on one worker (--dist loadgroup).
+TEST_WORKERS ?= 4
+
 test: install-test test-deps llama-server
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
 
 clean:
 	rm -rf $(VENV) build *.egg-info
