@@ -14,12 +14,15 @@ from sweeper.models.random_gguf import write_random_gguf
 from tests.support.cli import SECRETS, Cli, stop_recorded_group
 from tests.support.faults import servers_left
 from tests.support.paths import DEMO_SPACE, ROOT
+from tests.support.ports import worker_port
 from tests.support.spaces import ONE_SEED_SPACE, TINY_SPACE
 
 
 @pytest.fixture
 def cli(tmp_path) -> Cli:
-    (tmp_path / "hosts.yaml").write_text((ROOT / "hosts.yaml").read_text())
+    # the checkout's hosts file, its base port in this xdist worker's own range
+    hosts = (ROOT / "hosts.yaml").read_text()
+    (tmp_path / "hosts.yaml").write_text(hosts.replace("base_port: 31000", f"base_port: {worker_port(31000)}"))
     (tmp_path / "tiny.yaml").write_text(TINY_SPACE)
     (tmp_path / "demo-sim.yaml").write_text(DEMO_SPACE.read_text())
     yield Cli(tmp_path)

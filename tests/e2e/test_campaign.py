@@ -13,23 +13,17 @@ import pytest
 
 from sweeper.hosts.procfs import live_group_members
 from tests.support.cli import server_in_load_stage
-from tests.support.spaces import TINY_SPACE
+from tests.support.spaces import CAMPAIGN_SPACE
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
-# The tiny space, slowed (longer requests keep achieved concurrency up on a busy 2-core machine),
-# the client-lag bar lenient (the shared machine lags the client), a target for the gap, and a
-# budget that leaves two feasible finalists (baseline, deepep) after the garbage seed.
-SPACE = (TINY_SPACE.replace("--time-scale: 0.01", "--time-scale: 0.03")
-         .replace("warmup_rounds: 1}", "warmup_rounds: 1, max_client_lag_ms: 50}")
-         .replace("budget: {trials: 5}", "budget: {trials: 6}\ntarget: {metric: output_throughput, value: 1000, level: 4}"))
 ARGS = ("--finalists", "2", "--repeats", "2", "--max-repeats", "3", "--seed", "3")
 
 
 @pytest.fixture
 def ccli(cli):
-    (cli.workdir / "camp.yaml").write_text(SPACE)
+    (cli.workdir / "camp.yaml").write_text(CAMPAIGN_SPACE)
     return cli
 
 

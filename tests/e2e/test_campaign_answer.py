@@ -19,14 +19,14 @@ import pytest
 
 from sweeper.results.report_data import build_report_data
 from sweeper.study.trials import ranked_trials
-from tests.e2e.test_campaign import SPACE
+from tests.support.spaces import CAMPAIGN_SPACE
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.mark.timeout(900)
 def test_a_tied_campaign_gives_one_winner_ci_and_tie_everywhere(cli):
-    (cli.workdir / "camp.yaml").write_text(SPACE)
+    (cli.workdir / "camp.yaml").write_text(CAMPAIGN_SPACE)
     result = cli.run("campaign", "camp.yaml", "--study", "tie", "--finalists", "1", "--repeats", "2",
                      "--max-repeats", "3", "--seed", "3", timeout=800)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from sweeper.sim.gpumem import record_gpu_memory
-from tests.e2e.conftest import TINY_SPACE
+from tests.support.spaces import TINY_SPACE
 from tests.support.ports import free_port
 from tests.support.tcp_relay import proxy_command
 

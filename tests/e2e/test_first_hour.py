@@ -18,17 +18,8 @@ import pytest
 from typer.testing import CliRunner
 
 from sweeper.cli import app
+from tests.support.in_process import invoke_in
 from tests.support.paths import DEMO_SPACE, ROOT
-
-
-def invoke(workdir: Path, *args: str):
-    """The app in `workdir`, as `sweeper ARGS` there."""
-    old = Path.cwd()
-    os.chdir(workdir)
-    try:
-        return CliRunner().invoke(app, list(args))
-    finally:
-        os.chdir(old)
 
 
 def demo_space(tmp_path: Path, name: str = "space.yaml", **replace: str) -> Path:
@@ -47,7 +38,7 @@ def demo_space(tmp_path: Path, name: str = "space.yaml", **replace: str) -> Path
 def test_a_seed_value_outside_its_choices_is_refused_at_load(tmp_path, command):
     demo_space(tmp_path, **{"moe_runner_backend: marlin, moe_a2a_backend: none":
                             "moe_runner_backend: marlinn, moe_a2a_backend: none"})
-    result = invoke(tmp_path, command, "space.yaml")
+    result = invoke_in(tmp_path, command, "space.yaml")
     assert result.exit_code == 2, result.output
     assert ("space.yaml:35: seeds[0].params.moe_runner_backend: 'marlinn' is not one of the choices"
             in result.output and "did you mean 'marlin'?" in result.output), result.output
@@ -71,7 +62,7 @@ launch: {ready_timeout_s: 60, stall_timeout_s: 5, stop_grace_s: 5}
 
 def test_a_sweep_that_measured_nothing_exits_1_and_says_why(tmp_path):
     (tmp_path / "space.yaml").write_text(ONE_LEVER.replace("--tp-size", "--tp-sise"))
-    result = invoke(tmp_path, "sweep", "space.yaml", "--study", "s", "--sampler", "brute")
+    result = invoke_in(tmp_path, "sweep", "space.yaml", "--study", "s", "--sampler", "brute")
     assert result.exit_code == 1, result.output
     assert ("sweep s: nothing measured (0 of 2 evaluations): 2 trials failed before a launch: "
             "preflight/unsupported_flag x2 (--tp-sise is not a flag of the installed engine)") in result.output
@@ -79,7 +70,7 @@ def test_a_sweep_that_measured_nothing_exits_1_and_says_why(tmp_path):
 
 def test_a_sweep_whose_every_trial_failed_one_way_exits_1_naming_the_cause(tmp_path):
     (tmp_path / "space.yaml").write_text(ONE_LEVER.replace("fixed_flags: {", "fixed_flags: {--moe-runner-backend: triton, "))
-    result = invoke(tmp_path, "sweep", "space.yaml", "--study", "s", "--sampler", "brute")
+    result = invoke_in(tmp_path, "sweep", "space.yaml", "--study", "s", "--sampler", "brute")
     assert result.exit_code == 1, result.output
     assert "sweep s: every trial failed (" in result.output and "all check_output/bad_output: prompt" in result.output
 
@@ -105,13 +96,13 @@ def test_a_start_that_failed_before_its_first_trial_can_be_rerun_as_it_was(tmp_p
     (tmp_path / "hosts.yaml").write_text(f"hosts:\n  local: {{transport: local, python: {broken}}}\n")
     (tmp_path / "space.yaml").write_text(ONE_LEVER.replace("[4, 8]", "[8]"))
     argv = ("sweep", "space.yaml", "--study", "s", "--trials", "1")
-    first = invoke(tmp_path, *argv)
+    first = invoke_in(tmp_path, *argv)
     assert first.exit_code == 2 and "Traceback" not in first.output, first.output
     assert ("cannot read the engine's flags on local: " in first.output
             and "exited 1: ModuleNotFoundError: No module named 'aiohttp'" in first.output
             and "run the same command again" in first.output), first.output
     (tmp_path / "hosts.yaml").write_text(f"hosts:\n  local: {{transport: local, python: {sys.executable}}}\n")
-    again = invoke(tmp_path, *argv)
+    again = invoke_in(tmp_path, *argv)
     assert "already exists" not in again.output and "sweep s: 1 of 1 evaluations" in again.output, again.output
 
 
@@ -144,7 +135,7 @@ parameters:
 workload: {input_len: 64, concurency: [1, 4]}
 launch: {ready_timeout_s: abc}
 """)
-    result = invoke(tmp_path, "doctor", "space.yaml", "--host", "locl")
+    result = invoke_in(tmp_path, "doctor", "space.yaml", "--host", "locl")
     assert result.exit_code == 2
     assert result.output.splitlines() == [
         "error: space.yaml:1: model: required key missing",
@@ -154,7 +145,7 @@ launch: {ready_timeout_s: abc}
         "space.yaml:6: workload.concurency: unknown key (did you mean 'concurrency'?)",
         "space.yaml:7: launch.ready_timeout_s: expected a number (got 'abc')"], result.output
     demo_space(tmp_path)
-    result = invoke(tmp_path, "doctor", "space.yaml", "--host", "locl")
+    result = invoke_in(tmp_path, "doctor", "space.yaml", "--host", "locl")
     assert result.exit_code == 2 and "hosts.locl: no such host (known: local) (did you mean 'local'?)" in result.output
 
 
@@ -163,7 +154,7 @@ launch: {ready_timeout_s: abc}
 def test_a_duplicate_key_is_reported_with_the_files_other_problems(tmp_path):
     demo_space(tmp_path, **{"engine: sim\n": "engine: sim\nengine: sim\n",
                             "budget: {trials: 36}": "budget: {trials: 36, hours: 2}"})
-    result = invoke(tmp_path, "sweep", "space.yaml")
+    result = invoke_in(tmp_path, "sweep", "space.yaml")
     assert result.exit_code == 2 and not (tmp_path / "results").exists()
     lines = result.output.splitlines()
     assert lines[0].startswith("error: space.yaml:5: engine: duplicate key (first at line 4)"), lines
@@ -173,7 +164,7 @@ def test_a_duplicate_key_is_reported_with_the_files_other_problems(tmp_path):
 def test_doctor_gives_one_problem_line_for_one_wrong_python(tmp_path):
     (tmp_path / "hosts.yaml").write_text("hosts:\n  local: {transport: local, python: /nonexistent/python}\n")
     demo_space(tmp_path)
-    result = invoke(tmp_path, "doctor", "space.yaml")
+    result = invoke_in(tmp_path, "doctor", "space.yaml")
     assert result.exit_code == 1 and "Traceback" not in result.output
     problems = [line for line in result.output.splitlines() if line.startswith("problem")]
     assert problems == ["problem  python: /nonexistent/python: exited -1: FileNotFoundError: [Errno 2] No such "
@@ -189,7 +180,7 @@ def test_doctor_names_a_missing_engine_in_one_line(tmp_path):
     broken.chmod(0o755)
     (tmp_path / "hosts.yaml").write_text(f"hosts:\n  local: {{transport: local, python: {broken}}}\n")
     demo_space(tmp_path)
-    result = invoke(tmp_path, "doctor", "space.yaml")
+    result = invoke_in(tmp_path, "doctor", "space.yaml")
     engine = [line for line in result.output.splitlines() if "engine:" in line]
     assert engine == [f"problem  engine: sim is not installed for {broken}: exited 1: importlib.metadata."
                       "PackageNotFoundError: No package metadata was found for sweeper"], result.output
@@ -200,26 +191,26 @@ def test_doctor_names_a_missing_engine_in_one_line(tmp_path):
 
 def test_one_study_needs_no_name_and_a_wrong_name_lists_those_there_are(tmp_path):
     (tmp_path / "space.yaml").write_text(ONE_LEVER.replace("[4, 8]", "[8]"))
-    assert invoke(tmp_path, "sweep", "space.yaml", "--study", "only", "--trials", "1").exit_code == 0
-    shown = invoke(tmp_path, "show")
+    assert invoke_in(tmp_path, "sweep", "space.yaml", "--study", "only", "--trials", "1").exit_code == 0
+    shown = invoke_in(tmp_path, "show")
     assert shown.exit_code == 0 and shown.output.startswith("study only: 1 trials"), shown.output
-    wrong = invoke(tmp_path, "best", "onyl")
+    wrong = invoke_in(tmp_path, "best", "onyl")
     assert wrong.exit_code == 2 and "no study 'onyl' under results; studies there: only (did you mean 'only'?)" \
         in wrong.output, wrong.output
     (tmp_path / "results" / "other" ).mkdir()
     (tmp_path / "results" / "other" / "study.db").write_bytes((tmp_path / "results" / "only" / "study.db").read_bytes())
-    which = invoke(tmp_path, "leaderboard")
+    which = invoke_in(tmp_path, "leaderboard")
     assert which.exit_code == 2 and "name the study: studies there: only, other" in which.output, which.output
 
 
 def test_json_means_stdout_and_a_file_is_a_path_option(tmp_path):
     (tmp_path / "space.yaml").write_text(ONE_LEVER.replace("[4, 8]", "[8]"))
-    assert invoke(tmp_path, "sweep", "space.yaml", "--study", "j", "--trials", "1").exit_code == 0
-    result = invoke(tmp_path, "leaderboard", "j", "--json")
+    assert invoke_in(tmp_path, "sweep", "space.yaml", "--study", "j", "--trials", "1").exit_code == 0
+    result = invoke_in(tmp_path, "leaderboard", "j", "--json")
     assert result.exit_code == 0 and json.loads(result.stdout)[0]["trial"] == 0, result.output
-    assert invoke(tmp_path, "leaderboard", "j", "--json-file", "rows.json").exit_code == 0
+    assert invoke_in(tmp_path, "leaderboard", "j", "--json-file", "rows.json").exit_code == 0
     assert json.loads((tmp_path / "rows.json").read_text())[0]["trial"] == 0
-    assert invoke(tmp_path, "leaderboard", "j", "--json", "-").exit_code != 0 and not (tmp_path / "-").exists()
+    assert invoke_in(tmp_path, "leaderboard", "j", "--json", "-").exit_code != 0 and not (tmp_path / "-").exists()
 
 
 def test_shell_completion_can_be_installed():
@@ -229,26 +220,26 @@ def test_shell_completion_can_be_installed():
 
 
 def test_init_writes_a_space_and_hosts_that_doctor_accepts_and_never_overwrites(tmp_path):
-    result = invoke(tmp_path, "init")
+    result = invoke_in(tmp_path, "init")
     assert result.exit_code == 0 and (tmp_path / "space.yaml").is_file() and (tmp_path / "hosts.yaml").is_file()
-    assert invoke(tmp_path, "doctor", "space.yaml").exit_code == 0
+    assert invoke_in(tmp_path, "doctor", "space.yaml").exit_code == 0
     (tmp_path / "space.yaml").write_text("mine")
-    again = invoke(tmp_path, "init", "--template", "dsv4-flash-sm12")
+    again = invoke_in(tmp_path, "init", "--template", "dsv4-flash-sm12")
     assert again.exit_code == 2 and "did you mean 'dsv4-flash-sm120'?" in again.output
-    again = invoke(tmp_path, "init", "--template", "dsv4-flash-sm120")
+    again = invoke_in(tmp_path, "init", "--template", "dsv4-flash-sm120")
     assert again.exit_code == 2 and "nothing written" in again.output and (tmp_path / "space.yaml").read_text() == "mine"
 
 
 def test_a_packaged_space_is_named_from_the_cli(tmp_path):
-    assert invoke(tmp_path, "doctor", "demo").exit_code == 0
-    typo = invoke(tmp_path, "doctor", "dmeo")
+    assert invoke_in(tmp_path, "doctor", "demo").exit_code == 0
+    typo = invoke_in(tmp_path, "doctor", "dmeo")
     assert typo.exit_code == 2 and "file not found (or a packaged space: demo, " in typo.output \
         and "(did you mean 'demo'?)" in typo.output
 
 
 @pytest.mark.timeout(600)
 def test_demo_ends_with_the_winner_and_its_distance_to_the_optimum(tmp_path):
-    result = invoke(tmp_path, "demo", "--trials", "2")
+    result = invoke_in(tmp_path, "demo", "--trials", "2")
     assert result.exit_code == 0, result.output
     tail = result.output.splitlines()[-6:]
     assert any(line.startswith("winner: trial ") for line in tail), tail

@@ -20,11 +20,13 @@ from optuna.trial import TrialState
 
 from sweeper.hosts.procfs import live_group_members
 from sweeper.study.trials import is_evaluation
+from tests.support.ports import worker_port
 from tests.support.spaces import TINY_SPACE
 from tests.support.sshd import start_sshd
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow
+# one worker runs this module: its module fixture is built once (xdist --dist loadgroup)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("many_hosts")]
 
 HOSTS = ("a", "b", "c")
 FAST = ("--heartbeat", "1", "--grace", "6")  # a dead worker is noticed in seconds, not minutes
@@ -46,7 +48,7 @@ def many(cli, three_sshd, isolated_home, monkeypatch, tmp_path):
     for index, (name, server) in enumerate(three_sshd.items()):
         server.trust(isolated_home)
         # the three "hosts" are one machine: separate port ranges stand for separate port spaces
-        entry = server.host_entry(tmp_path / f"work-{name}", base_port=33000 + 2500 * index)
+        entry = server.host_entry(tmp_path / f"work-{name}", base_port=worker_port(33000) + 2500 * index)
         journal = tmp_path / f"journal-{name}.jsonl"
         entry["env"] = {**entry["env"], "SWEEPER_SIM_JOURNAL": str(journal)}
         entries[name] = entry

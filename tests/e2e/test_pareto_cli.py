@@ -13,6 +13,7 @@ import pytest
 
 from sweeper.search.pareto import dominates
 from tests.support.cli import server_in_load_stage
+from tests.support.ports import free_port, worker_port
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -46,7 +47,7 @@ def cli(cli):
     """Servers on ports of their own: other suites running at once on this machine use 31000 up,
     and a port taken between the free-port check and the launch fails a trial (port_busy)."""
     hosts = cli.workdir / "hosts.yaml"
-    hosts.write_text(hosts.read_text().replace("base_port: 31000", "base_port: 47000"))
+    hosts.write_text(hosts.read_text().replace(f"base_port: {worker_port(31000)}", f"base_port: {free_port()}"))
     return cli
 
 

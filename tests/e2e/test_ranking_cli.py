@@ -14,7 +14,7 @@ from scipy import stats
 from sweeper.study.confidence import repeats_to_detect
 from sweeper.study.store import load_study
 from sweeper.study.runs import measured_runs
-from tests.support.ports import free_port
+from tests.support.ports import free_port, worker_port
 
 pytestmark = pytest.mark.slow
 
@@ -82,7 +82,7 @@ def check_ties_and_json(cli, study, table, ranked, samples):
 def test_leaderboard_show_and_best_carry_cis_and_ties_before_and_after_validation(cli):
     (cli.workdir / "twins.yaml").write_text(TWINS)
     hosts = cli.workdir / "hosts.yaml"  # ports of its own, away from other suites' servers
-    hosts.write_text(hosts.read_text().replace("base_port: 31000", f"base_port: {free_port()}"))
+    hosts.write_text(hosts.read_text().replace(f"base_port: {worker_port(31000)}", f"base_port: {free_port()}"))
     result = cli.run("sweep", "twins.yaml", "--study", "r", "--sampler", "brute", "--trials", "3")
     assert result.returncode == 0, result.stderr
     table, ranked = read_exports(cli, "r")
@@ -126,7 +126,7 @@ def test_ablate_without_repeats_sizes_them_to_the_baselines_noise_and_says_so(cl
     (cli.workdir / "abl.yaml").write_text(TWINS.replace("choices: [a, b, c]", "choices: [a, b]")
                                           .replace(",\n           max_client_lag_ms: 100, repeats: 2}", ", max_client_lag_ms: 100}"))
     hosts = cli.workdir / "hosts.yaml"
-    hosts.write_text(hosts.read_text().replace("base_port: 31000", f"base_port: {free_port()}"))
+    hosts.write_text(hosts.read_text().replace(f"base_port: {worker_port(31000)}", f"base_port: {free_port()}"))
     result = cli.run("ablate", "abl.yaml", "--baseline", "base", "--study", "ab")
     assert result.returncode == 0, result.stderr
     study = optuna.load_study(study_name="ab", storage=f"sqlite:///{cli.workdir}/results/ab/study.db")

@@ -33,7 +33,8 @@ from tests.support.cli import Cli
 from tests.support.paths import DEMO_SPACE, ROOT
 from tests.support.ports import free_port
 
-pytestmark = pytest.mark.slow
+# one worker runs this module: its module fixture is built once (xdist --dist loadgroup)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("report_cli")]
 
 CHROMIUM = "/usr/bin/chromium"
 STUDY = "demo"

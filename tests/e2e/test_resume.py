@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import threading
+import time
 
 import pandas as pd
 import pytest
@@ -15,6 +16,14 @@ from tests.support.cli import server_in_load_stage
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
+
+
+def interrupt_timed(controller, timeout: float) -> tuple[str, str, float]:
+    """Ctrl-C the controller: its stdout, stderr and the seconds it took to end after the signal."""
+    interrupted_at = time.monotonic()
+    os.kill(controller.pid, signal.SIGINT)
+    stdout, stderr = controller.communicate(timeout=timeout)
+    return stdout, stderr, time.monotonic() - interrupted_at
 
 
 def test_sigkill_then_resume_leaves_nothing_and_finishes(cli):
@@ -105,17 +114,13 @@ def test_ctrl_c_during_start_up_ends_within_the_stop_grace_and_records_the_trial
     stop grace alone is 15 s there. Here: a start-up of 30 s (modelled 3000 s at 0.01), Ctrl-C a
     second into it; the sweep ends within the space's stop grace (5 s) plus slack for the GPU
     release check, the server's group is gone, and the trial is in the study."""
-    import time
 
     slow = (cli.workdir / "tiny.yaml").read_text().replace("--load-seconds: 30", "--load-seconds: 3000")
     (cli.workdir / "slow.yaml").write_text(slow)
     controller = cli.start("sweep", "slow.yaml", "--study", "u1")
     process = wait_for(lambda: server_starting(cli.workdir, "u1"), timeout=120)
     time.sleep(1.0)
-    interrupted_at = time.monotonic()
-    os.kill(controller.pid, signal.SIGINT)
-    stdout, stderr = controller.communicate(timeout=60)
-    took = time.monotonic() - interrupted_at
+    stdout, stderr, took = interrupt_timed(controller, timeout=60)
     assert controller.returncode == 130, stderr
     assert took < 5 + 10, f"the sweep took {took:.1f} s to end after Ctrl-C"
     assert live_group_members(process["pgid"]) == []
@@ -137,7 +142,6 @@ def test_ctrl_c_while_another_process_holds_the_study_ends_within_the_bound_and_
     import sqlite3
     import subprocess
     import sys
-    import time
 
     controller = cli.start("sweep", "tiny.yaml", "--study", "h1")
     holding = None
@@ -151,10 +155,7 @@ def test_ctrl_c_while_another_process_holds_the_study_ends_within_the_bound_and_
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert holding.stdout.readline().strip() == "held"
         time.sleep(2)  # the sweep goes on recording (or waiting to)
-        interrupted_at = time.monotonic()
-        os.kill(controller.pid, signal.SIGINT)
-        stdout, stderr = controller.communicate(timeout=90)
-        took = time.monotonic() - interrupted_at
+        stdout, stderr, took = interrupt_timed(controller, timeout=90)
         assert controller.returncode == 130, stderr
         assert took < 5 + 10, f"the sweep took {took:.1f} s to end after Ctrl-C"
         assert "_record_heartbeat" not in stderr

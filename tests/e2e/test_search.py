@@ -28,13 +28,18 @@ launch: {ready_timeout_s: 60, stall_timeout_s: 5, stop_grace_s: 5}
 """
 
 
+def leaderboard_csv(cli, study: str) -> pd.DataFrame:
+    """The study's leaderboard as `leaderboard --csv` writes it."""
+    cli.run("leaderboard", study, "--csv", f"{study}.csv")
+    return pd.read_csv(cli.workdir / f"{study}.csv")
+
+
 def test_rules_cost_no_launch_and_derived_values_reach_the_server(cli):
     (cli.workdir / "ruled.yaml").write_text(RULED)
     # 4 configs, 2 of them ruled out: brute force runs out of configs before 3 evaluations
     result = cli.run("sweep", "ruled.yaml", "--study", "r1", "--sampler", "brute", "--trials", "3")
     assert result.returncode == 0, result.stderr
-    cli.run("leaderboard", "r1", "--csv", "r1.csv")
-    frame = pd.read_csv(cli.workdir / "r1.csv")
+    frame = leaderboard_csv(cli, "r1")
     ruled = frame[frame["param_moe_runner_backend"] == "triton"]
     assert len(ruled) == 2 and set(ruled["failure_kind"]) == {"rule"}
     for number in ruled["trial"]:
@@ -63,8 +68,7 @@ def test_dedupe_holds_across_resume(cli):
     assert cli.run("sweep", "ruled.yaml", "--study", "d1", "--trials", "1", "--sampler", "random").returncode == 0
     result = cli.run("resume", "d1", "--trials", "2")
     assert result.returncode == 0, result.stderr
-    cli.run("leaderboard", "d1", "--csv", "d1.csv")
-    frame = pd.read_csv(cli.workdir / "d1.csv")
+    frame = leaderboard_csv(cli, "d1")
     launched = frame[frame["duplicate_of"].isna()]
     assert sorted(launched["param_tp_size"]) == [4, 8]  # each config measured once, over two runs
 
@@ -121,8 +125,7 @@ def test_flags_the_installed_engine_lacks_cost_no_launch(cli):
     (cli.workdir / "flags.yaml").write_text(space)
     result = cli.run("sweep", "flags.yaml", "--study", "f1", "--sampler", "brute", "--trials", "3")
     assert result.returncode == 0, result.stderr
-    cli.run("leaderboard", "f1", "--csv", "f1.csv")
-    frame = pd.read_csv(cli.workdir / "f1.csv")
+    frame = leaderboard_csv(cli, "f1")
     refused = frame[frame["param_moe_runner_backend"] == "humming"]
     assert len(refused) == 2 and set(refused["failure_kind"]) == {"unsupported_flag"}
     for number in refused["trial"]:

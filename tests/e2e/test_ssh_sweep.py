@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from sweeper.hosts.procfs import live_group_members
+from sweeper.hosts.procfs import live_group_members, socket_inodes_of
 from tests.support.cli import SECRETS, server_in_load_stage
 from tests.support.waiting import wait_for
 
@@ -71,14 +71,7 @@ def test_ssh_sweep_matches_a_local_run_in_form_and_keeps_secrets_out(ssh_cli, ss
 
 def _controller_session(sshd, controller_pid: int) -> int:
     """The sshd process serving the controller's connection: found through the controller's socket."""
-    inodes = set()
-    for fd in Path(f"/proc/{controller_pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(int(target[8:-1]))
+    inodes = socket_inodes_of(controller_pid)
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         fields = line.split()
         if int(fields[9]) in inodes and int(fields[2].rsplit(":", 1)[1], 16) == sshd.port:

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from sweeper.hosts.procfs import live_group_members
+from tests.support.ports import worker_port
 from tests.support.spaces import line_of
 
 pytestmark = pytest.mark.slow
@@ -109,7 +110,7 @@ def test_best_script_runs_the_winner(cli):
     script = result.stdout
     assert script.startswith("#!/usr/bin/env bash") and "exec " in script and "sweeper.sim" in script
     path = cli.workdir / "best.sh"
-    path.write_text(script.replace("--port 31000", "--port 31990"))
+    path.write_text(script.replace(f"--port {worker_port(31000)}", f"--port {worker_port(31990)}"))
     server = subprocess.Popen(["bash", str(path)], cwd=cli.workdir, env=cli.env, start_new_session=True,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -117,7 +118,8 @@ def test_best_script_runs_the_winner(cli):
 
         def ready():
             try:
-                return requests.get("http://127.0.0.1:31990/health_generate", timeout=2).status_code == 200
+                url = f"http://127.0.0.1:{worker_port(31990)}/health_generate"
+                return requests.get(url, timeout=2).status_code == 200
             except requests.RequestException:
                 return False
 

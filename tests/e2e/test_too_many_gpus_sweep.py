@@ -5,13 +5,11 @@ recorded infeasible for the sampler; the TP 1 config runs. `doctor` flags the se
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import optuna
-from typer.testing import CliRunner
 
-from sweeper.cli import app
+from tests.support.in_process import invoke_in
 
 SPACE = """\
 name: tp
@@ -31,15 +29,6 @@ launch: {ready_timeout_s: 60, stall_timeout_s: 5, stop_grace_s: 5}
 ONE_GPU = "hosts:\n  local: {transport: local, gpus: 1, gpu_gate: 'off', base_port: 36700}\n"
 
 
-def invoke(workdir: Path, *args: str):
-    old = Path.cwd()
-    os.chdir(workdir)
-    try:
-        return CliRunner().invoke(app, list(args))
-    finally:
-        os.chdir(old)
-
-
 def write(tmp_path: Path, hosts: str = ONE_GPU) -> None:
     (tmp_path / "space.yaml").write_text(SPACE)
     (tmp_path / "hosts.yaml").write_text(hosts)
@@ -47,7 +36,7 @@ def write(tmp_path: Path, hosts: str = ONE_GPU) -> None:
 
 def test_a_tp2_seed_on_a_one_gpu_host_is_refused_at_preflight_without_a_launch(tmp_path):
     write(tmp_path)
-    result = invoke(tmp_path, "sweep", "space.yaml", "--study", "s", "--sampler", "brute")
+    result = invoke_in(tmp_path, "sweep", "space.yaml", "--study", "s", "--sampler", "brute")
     assert result.exit_code == 0, result.output
     study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 'results/s/study.db'}")
     trials = sorted(study.get_trials(), key=lambda t: t.number)
@@ -70,7 +59,7 @@ def test_a_host_without_gpus_refuses_nothing(tmp_path):
     """No `gpus:` in the host entry: the sweep cannot know, so it launches, and the engine itself
     refuses TP 2 (the simulator models one GPU here: --sim-gpus 1), as vLLM did in the issue."""
     write(tmp_path, "hosts:\n  local: {transport: local, gpu_gate: 'off', base_port: 36700}\n")
-    result = invoke(tmp_path, "sweep", "space.yaml", "--study", "s", "--sampler", "brute")
+    result = invoke_in(tmp_path, "sweep", "space.yaml", "--study", "s", "--sampler", "brute")
     assert "wait_ready/crash" in result.output, result.output
     study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 'results/s/study.db'}")
     first = min(study.get_trials(), key=lambda t: t.number)
@@ -80,7 +69,7 @@ def test_a_host_without_gpus_refuses_nothing(tmp_path):
 
 def test_doctor_flags_a_seed_the_host_cannot_run(tmp_path):
     write(tmp_path)
-    result = invoke(tmp_path, "doctor", "space.yaml")
+    result = invoke_in(tmp_path, "doctor", "space.yaml")
     assert result.exit_code == 1, result.output
     problems = [line for line in result.output.splitlines() if line.startswith("problem")]
     assert len(problems) == 2 and problems[0].startswith(

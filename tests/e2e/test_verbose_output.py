@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.support.ports import free_port
+from tests.support.ports import free_port, worker_port
 from tests.support.spaces import TINY_SPACE
 
 pytestmark = pytest.mark.slow
@@ -53,7 +53,7 @@ def test_without_verbose_there_is_no_log_tail(cli):
 
 def test_verbose_shows_ssh_connects_and_port_forwards(ssh_cli):
     hosts = ssh_cli.workdir / "hosts.yaml"  # off the shared 32000, which other suites' servers use
-    hosts.write_text(hosts.read_text().replace("base_port: 32000", f"base_port: {free_port()}"))
+    hosts.write_text(hosts.read_text().replace(f"base_port: {worker_port(32000)}", f"base_port: {free_port()}"))
     result = ssh_cli.run("--verbose", "sweep", "one-seed.yaml", "--host", "box", "--study", "s", "--trials", "1",
                          timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr

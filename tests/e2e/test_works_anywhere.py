@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import ROOT
-pytestmark = pytest.mark.slow
+# one worker runs this module: its wheel is built once, in the checkout (two builds at once would
+# share its build/ folder) (xdist --dist loadgroup)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("works_anywhere")]
 
 
 @pytest.fixture(scope="module")

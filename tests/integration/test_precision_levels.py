@@ -20,6 +20,10 @@ PLAN = LoadPlan(concurrency=(4,), input_len=32, output_len=16, options=StreamOpt
                 max_client_lag_ms=200.0)
 
 
+# one worker runs this module: its module fixture is built once (xdist --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("precision_levels")
+
+
 @pytest.fixture(scope="module")
 def sim():
     with launched(BASELINE_FLAGS) as server:

@@ -27,7 +27,8 @@ from tests.support.sim import (
 
 READY_LINE = "The server is fired up and ready to roll!"
 
-pytestmark = pytest.mark.slow
+# one worker runs this module: its module fixture is built once (xdist --dist loadgroup)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("sim_server")]
 
 
 def port_refuses(port: int) -> bool:

@@ -43,12 +43,8 @@ def write_locked(path) -> bool:
 
 
 @contextmanager
-def held_sqlite(path, begin: str, seconds: float | None = None):
-    """Another connection holding the file: a read transaction ("BEGIN; SELECT") or the write
-    lock ("BEGIN IMMEDIATE"), released after `seconds` (or when the block ends)."""
-    conn = sqlite3.connect(path, timeout=5, check_same_thread=False, isolation_level=None)
-    conn.execute(begin)
-    conn.execute("SELECT count(*) FROM trials").fetchone()
+def released(conn, seconds: float | None):
+    """Hold `conn`'s transaction for the block, or for `seconds` if given; then roll it back and close."""
     timer = threading.Timer(seconds, conn.rollback) if seconds else None
     if timer:
         timer.start()
@@ -59,6 +55,17 @@ def held_sqlite(path, begin: str, seconds: float | None = None):
             timer.join()
         conn.rollback()
         conn.close()
+
+
+@contextmanager
+def held_sqlite(path, begin: str, seconds: float | None = None):
+    """Another connection holding the file: a read transaction ("BEGIN; SELECT") or the write
+    lock ("BEGIN IMMEDIATE"), released after `seconds` (or when the block ends)."""
+    conn = sqlite3.connect(path, timeout=5, check_same_thread=False, isolation_level=None)
+    conn.execute(begin)
+    conn.execute("SELECT count(*) FROM trials").fetchone()
+    with released(conn, seconds):
+        yield
 
 
 def test_a_ctrl_c_during_storage_writes_never_leaves_the_file_locked(tmp_path):
@@ -169,16 +176,8 @@ def held_pg_row(url: str, trial_id: int, seconds: float | None = None):
 
     conn = psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"))
     conn.execute("SELECT 1 FROM trials WHERE trial_id = %s FOR UPDATE", (trial_id,))
-    timer = threading.Timer(seconds, conn.rollback) if seconds else None
-    if timer:
-        timer.start()
-    try:
+    with released(conn, seconds):
         yield
-    finally:
-        if timer:
-            timer.join()
-        conn.rollback()
-        conn.close()
 
 
 def test_postgresql_a_row_lock_is_waited_for_then_a_clear_error(pg_url, monkeypatch):

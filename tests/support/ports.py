@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 
 
@@ -16,3 +17,23 @@ def free_port_on(host, first: int, step: int = 1) -> int:
     """The first port from `first` (every `step`-th, 1000 ports at most) that `host.port_is_free`
     calls free: the host's own probe, so it also works through an SSH host."""
     return next(p for p in range(first, first + 1000, step) if host.port_is_free(p))
+
+
+# Ports a sweep may take from its base port: candidates over 2000 ports (sweeper/trial/launch.py),
+# each with ports derived up to ~1000 above. xdist workers get ranges this far apart, downwards
+# (below the kernel's ephemeral ports, from 32768, where the servers of worker 0 already sit).
+WORKER_PORT_STRIDE = 4000
+WORKER_RANGES = 7  # 31000 - 6 * 4000 = 7000: still above the privileged ports
+
+
+def worker_number() -> int:
+    """This pytest-xdist worker's number (gw3 -> 3); 0 in a run without workers."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(name[2:]) if name.startswith("gw") else 0
+
+
+def worker_port(port: int) -> int:
+    """A fixed base port moved into this worker's own range: sweeps of parallel workers that start
+    at the same moment never race for the same free port (each checks a port free, then binds it).
+    The port itself in a run without workers."""
+    return port - WORKER_PORT_STRIDE * (worker_number() % WORKER_RANGES)

@@ -42,6 +42,14 @@ ONE_SEED_SPACE = (TINY_SPACE.split("  - name: garbage")[0] + "reference: baselin
                   + TINY_SPACE.split("reference: baseline\n")[1])
 
 
+# The tiny space for `sweeper campaign`: slowed (longer requests keep achieved concurrency up on a
+# busy 2-core machine), the client-lag bar lenient (the shared machine lags the client), a target
+# for the gap, and a budget that leaves two feasible finalists (baseline, deepep) after the garbage seed.
+CAMPAIGN_SPACE = (TINY_SPACE.replace("--time-scale: 0.01", "--time-scale: 0.03")
+                  .replace("warmup_rounds: 1}", "warmup_rounds: 1, max_client_lag_ms: 50}")
+                  .replace("budget: {trials: 5}", "budget: {trials: 6}\ntarget: {metric: output_throughput, value: 1000, level: 4}"))
+
+
 def line_of(text: str, needle: str) -> int:
     """The 1-based number of the first line of `text` that contains `needle`."""
     return next(n for n, line in enumerate(text.splitlines(), 1) if needle in line)

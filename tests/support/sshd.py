@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.paths import ROOT
-from tests.support.ports import free_port
+from tests.support.ports import free_port, worker_port
 
 SSHD = "/usr/sbin/sshd"
 
@@ -50,7 +50,7 @@ class SshServer:
         return {"transport": "ssh", "address": "127.0.0.1", "port": self.port, "user": "root",
                 "identity_file": str(self.user_key), "python": sys.executable, "gpus": 8,
                 "work_dir": str(work_dir), "env": self.host_env(), "connect_timeout_s": 5,
-                "base_port": 32000, "gpu_release_timeout_s": 30, **extra}
+                "base_port": worker_port(32000), "gpu_release_timeout_s": 30, **extra}
 
     def session_pids(self) -> list[int]:
         """sshd processes serving one connection each: the direct children of the listener."""

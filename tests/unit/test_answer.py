@@ -20,7 +20,7 @@ from sweeper.workflows.ablation import Measured, summarize_finalists
 from sweeper.study.store import trial_title
 from sweeper.spec.hosts import HostSpec
 from sweeper.trial.context import TrialOutcome
-from tests.unit.test_leaderboard import SPACE, level, make_study, record
+from tests.support.studies import TP_SPACE, level, make_study, record
 
 NOISE = {"between_cv": 0.018, "within_cv": 0.009, "launches": 5, "repeats": 3, "level": "c16"}
 
@@ -92,7 +92,7 @@ def test_the_campaigns_verdict_is_the_winner_and_tie_of_best_show_leaderboard_re
         "The top is a tie: trials 6, 7 cannot be told apart from #1 (trial 5): the campaign could not separate "
         "them (3 runs each (--max-repeats) did not separate them).")
     study.set_user_attr("host_name", "local")
-    script = best_launch_script(study, SPACE, HostSpec(transport="local"))
+    script = best_launch_script(study, TP_SPACE, HostSpec(transport="local"))
     header = [line for line in script.splitlines() if line.startswith("# ")]
     assert header[0].startswith("# best of study") and ", trial 5: output_throughput@c16 = 100.00 (validated mean of " \
         "3 fresh launches, 95% CI " in header[0]
@@ -115,7 +115,7 @@ def test_the_noise_floor_is_shown_where_recorded_and_absent_where_not():
                "metric": "output_throughput"}
     surfaces = lambda: [format_answer_lines(build_answer(study)), format_summary_lines(summary),  # noqa: E731
                         build_top_section(build_report_data(study)).paragraphs,
-                        best_launch_script(study, SPACE, HostSpec(transport="local")).splitlines()]
+                        best_launch_script(study, TP_SPACE, HostSpec(transport="local")).splitlines()]
     assert not any("noise floor" in line for lines in surfaces() for line in lines)
     study.set_user_attr("noise_floor", NOISE)
     summary["noise_floor"] = NOISE

@@ -5,50 +5,20 @@ import math
 import optuna
 from optuna.trial import TrialState
 
-from sweeper.spec.space import parse_space
-from sweeper.study.record import constraint_values, objective_value, outcome_attrs
+from sweeper.study.record import constraint_values, objective_value
 from sweeper.study.trials import best_trial
 from sweeper.results.leaderboard import leaderboard_frame
 from sweeper.trial.context import Failure, TrialOutcome
-
-SPACE = parse_space("""\
-name: t
-engine: sim
-model: m
-parameters:
-  tp: {type: categorical, choices: [4, 8], flag: --tp-size}
-workload: {concurrency: [1, 16]}
-""", "inline")
-
-
-def level(tok_s: float, valid: bool = True) -> dict:
-    return {"output_throughput": tok_s, "median_ttft_ms": 100.0, "p99_ttft_ms": 200.0,
-            "median_itl_ms": 50.0, "p99_itl_ms": 70.0, "valid": valid}
+from tests.support.studies import TP_SPACE, level, make_study, record
 
 
 def test_objective_is_the_level_metric_and_failures_never_score():
     ok = TrialOutcome(config={}, levels={1: level(10.0), 16: level(25.0)}, launched=True)
-    assert objective_value(SPACE, ok) == 25.0 and constraint_values(ok, SPACE) == {"config_fault": 0.0, "slo": 0.0}
+    assert objective_value(TP_SPACE, ok) == 25.0 and constraint_values(ok, TP_SPACE) == {"config_fault": 0.0, "slo": 0.0}
     crashed = TrialOutcome(config={}, failure=Failure("wait_ready", "oom", "x"), launched=True)
-    assert objective_value(SPACE, crashed) == 0.0 and constraint_values(crashed, SPACE) == {"config_fault": 1.0, "slo": 0.0}
+    assert objective_value(TP_SPACE, crashed) == 0.0 and constraint_values(crashed, TP_SPACE) == {"config_fault": 1.0, "slo": 0.0}
     invalid = TrialOutcome(config={}, levels={16: level(99.0, valid=False)}, launched=True)
-    assert objective_value(SPACE, invalid) == 0.0
-
-
-def record(study, params, outcome, **attrs):
-    trial = study.ask({"tp": optuna.distributions.CategoricalDistribution([4, 8])})
-    for key, value in {**outcome_attrs(outcome), **attrs}.items():
-        trial.set_user_attr(key, value)
-    for key, value in constraint_values(outcome, SPACE).items():
-        trial.set_constraint(key, value)
-    study.tell(trial, objective_value(SPACE, outcome))
-    return trial.number
-
-
-def make_study():
-    study = optuna.create_study(direction="maximize")
-    study.set_user_attr("space", SPACE.model_dump(mode="json"))
-    return study
+    assert objective_value(TP_SPACE, invalid) == 0.0
 
 
 def test_ranking_excludes_failures_duplicates_and_late_garbage():

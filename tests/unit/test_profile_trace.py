@@ -35,6 +35,10 @@ class TinyAttentionBlock(torch.nn.Module):
         return self.out(attended.transpose(1, 2).reshape(x.shape))
 
 
+# one worker runs this module: its module fixture is built once (xdist --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("profile_trace")
+
+
 @pytest.fixture(scope="module")
 def cpu_traces(tmp_path_factory) -> tuple[Path, Path]:
     """One real profile of a small CPU model, exported by torch as .pt.trace.json.gz (torch gzips

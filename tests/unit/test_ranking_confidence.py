@@ -18,7 +18,7 @@ from sweeper.results.table import format_leaderboard_table
 from sweeper.workflows.ablation import Measured, summarize_finalists
 from sweeper.study.record import outcome_attrs
 from sweeper.trial.context import TrialOutcome
-from tests.unit.test_leaderboard import level, make_study, record
+from tests.support.studies import level, make_study, record
 
 
 def precise(tok_s, low, high, batches=None, reached=True):

@@ -12,8 +12,9 @@ from sweeper.loadgen.vocab import config_vocab_size, local_vocab_size, model_voc
 from sweeper.loadgen.client import StreamOptions
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.trial.load_ladder import build_level_prompts, served_vocab_size
+from tests.support.paths import FIXTURE_DIR
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm"
+FIXTURES = FIXTURE_DIR / "vllm"
 
 
 def write_model(folder: Path, config_vocab: int, tokenizer_ids: int) -> Path:

@@ -5,15 +5,14 @@ pool_configurator.py, tp_worker.py, distributed/bootstrap.py, scheduler.py, entr
 http_server.py, server_args.py; vllm 0.33.0: v1/core/kv_cache_planning.py, v1/worker/utils.py,
 v1/engine/utils.py)."""
 
-from pathlib import Path
-
 import pytest
 
 from sweeper.engines.adapter import classify_log
 from sweeper.engines.sglang import SGLANG_SIGNATURES
 from sweeper.engines.vllm import VLLM_SIGNATURES
+from tests.support.paths import FIXTURE_DIR
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm"
+FIXTURES = FIXTURE_DIR / "vllm"
 TS = "[2026-11-29 10:00:01 TP3]"
 SIGQUIT = "[2026-11-29 10:00:02] Received sigquit from a child process. It usually means the child failed."
 LOADING = "Loading safetensors checkpoint shards:  46% Completed | 21/46 [00:31<00:37,  1.50s/it]"

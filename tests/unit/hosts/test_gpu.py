@@ -1,7 +1,5 @@
 """nvidia-smi parsing and the GPU gate's decisions, on real-format samples of an 8x RTX PRO 6000 box."""
 
-from pathlib import Path
-
 import pytest
 
 from sweeper.hosts.gpu import (
@@ -9,8 +7,9 @@ from sweeper.hosts.gpu import (
     format_gpu_model, parse_compute_apps, parse_gpu_memory, parse_gpu_names, parse_snapshot,
 )
 from sweeper.sim.nvidia_smi import render
+from tests.support.paths import FIXTURE_DIR
 
-SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia_smi"
+SAMPLES = FIXTURE_DIR / "nvidia_smi"
 
 
 def snapshot(name):

@@ -16,8 +16,8 @@ from sweeper.engines.flags import flag_problems, parse_help_flags
 from sweeper.engines.llamacpp import (
     BINARY_ENV, LLAMACPP_SIGNATURES, default_llama_server_path, llama_server_path,
 )
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "llamacpp"
 
 SPACE = """\

@@ -1,12 +1,12 @@
 import json
 import math
-from pathlib import Path
 
 import pytest
 
 from sweeper.loadgen.native_results import parse_bench_serving_lines, parse_vllm_result
+from tests.support.paths import FIXTURE_DIR
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "native"
+FIXTURES = FIXTURE_DIR / "native"
 
 
 def test_sglang_output_file_lines_become_level_records():

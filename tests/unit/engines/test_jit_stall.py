@@ -2,8 +2,6 @@
 ranked (on the H200 a fused_moe_kernel compile stalled requests ~0.5 s inside a level that still
 counted as valid). The lines are the real ones: tests/fixtures/vllm/jit_lines.txt."""
 
-from pathlib import Path
-
 from sweeper.engines.adapter import first_stall_line
 from sweeper.engines.vllm import VLLM_INFO
 from sweeper.loadgen.client import LevelRun, RequestSample
@@ -12,9 +10,10 @@ from sweeper.loadgen.onhost import LoadPlace
 from sweeper.spec.space import Workload
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.trial.load_ladder import LadderRun, build_level_plan, measure_levels
+from tests.support.paths import FIXTURE_DIR
 
-JIT = (Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "jit_lines.txt").read_text()
-HEALTHY = (Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "serve_defaults.log").read_text()
+JIT = (FIXTURE_DIR / "vllm" / "jit_lines.txt").read_text()
+HEALTHY = (FIXTURE_DIR / "vllm" / "serve_defaults.log").read_text()
 
 
 def test_the_real_jit_warning_is_a_stall_line_and_the_activation_notice_is_not():
@@ -55,7 +54,7 @@ def load_samples(name: str) -> list[RequestSample]:
     import gzip
     import json
 
-    path = Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "samples" / f"{name}.json.gz"
+    path = FIXTURE_DIR / "vllm" / "samples" / f"{name}.json.gz"
     return [RequestSample(**s) for s in json.loads(gzip.decompress(path.read_bytes()))]
 
 

@@ -4,7 +4,6 @@ over a run; GPUs per config from the engine's argv; per-GPU and per-user through
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
@@ -16,8 +15,9 @@ from sweeper.loadgen.metrics import per_user_throughput
 from sweeper.sim.nvidia_smi import BUSY_W, IDLE_W, render
 from sweeper.trial.energy import PowerMeter, energy_j
 from sweeper.trial.load_ladder import energy_fields, per_gpu_fields
+from tests.support.paths import FIXTURE_DIR
 
-H200 = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia_smi" / "h200"
+H200 = FIXTURE_DIR / "nvidia_smi" / "h200"
 
 
 def test_real_h200_power_readings_parse():

@@ -2,7 +2,6 @@
 the flag check refusing removed flags and missing choices before launch, naming the replacement."""
 
 import re
-from pathlib import Path
 
 import pytest
 
@@ -11,8 +10,9 @@ from sweeper.spec.space import parse_space
 from sweeper.engines import get_engine
 from sweeper.engines.flags import flag_problems, parse_help_flags
 from sweeper.engines.versions import FLAG_CHANGES, deprecation_warnings, parse_version
+from tests.support.paths import FIXTURE_DIR
 
-HELP = Path(__file__).parents[1] / "fixtures" / "help"
+HELP = FIXTURE_DIR / "help"
 SGLANG_VERSIONS = ("0.5.9", "0.5.16", "0.5.20", "0.5.23")
 
 

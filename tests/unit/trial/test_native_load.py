@@ -2,15 +2,14 @@
 read into the level record. The JSON is the real `vllm bench serve` 0.24.0 result from the H200
 (tests/fixtures/vllm/vllm_bench_c4.json)."""
 
-from pathlib import Path
-
 from sweeper.engines.vllm import VLLMEngine
 from sweeper.hosts.base import CommandResult, ServerProcess
 from sweeper.spec.space import Workload
 from sweeper.trial.load_ladder import measure_native_levels
 from sweeper.trial.native import native_level_runner
+from tests.support.paths import FIXTURE_DIR
 
-REAL = (Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "vllm_bench_c4.json").read_text()
+REAL = (FIXTURE_DIR / "vllm" / "vllm_bench_c4.json").read_text()
 
 
 class BenchHost:

@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -24,8 +23,8 @@ from sweeper.engines.flags import flag_problems, parse_help_flags
 from sweeper.engines.versions import deprecation_warnings
 from sweeper.spec.rules import excluded_by_rule, violated_constraints
 from sweeper.search.configs import with_derived
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).parents[2]
 SPACES = sorted((ROOT / "search_spaces").glob("*.yaml"))
 HELP = ROOT / "tests" / "fixtures" / "help"
 SNAPSHOTS = ROOT / "tests" / "fixtures" / "argv"

@@ -2,11 +2,11 @@
 request on the H200, its time and bytes) replayed through the client's stream reader."""
 
 import json
-from pathlib import Path
 
 from sweeper.loadgen.stream import StreamSink, StreamTally
+from tests.support.paths import FIXTURE_DIR
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm"
+FIXTURES = FIXTURE_DIR / "vllm"
 
 
 def load_reads(name: str) -> tuple[dict, list[tuple[float, bytes]]]:

@@ -1,15 +1,14 @@
 """The study's gpu_model from the host's nvidia-smi (empty before: tests/fixtures/vllm holds the
 real H200 answer to the same query)."""
 
-from pathlib import Path
-
 import pytest
 
 from sweeper.hosts.base import CommandResult
 from sweeper.hosts.gpu import MODEL_QUERY, GpuParseError, format_gpu_model
 from sweeper.study.store import probe_gpu_model
+from tests.support.paths import FIXTURE_DIR
 
-REAL = (Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "nvidia_smi_idle.gpu.csv").read_text()
+REAL = (FIXTURE_DIR / "vllm" / "nvidia_smi_idle.gpu.csv").read_text()
 
 
 def test_the_real_h200_answer_names_the_gpu_its_memory_and_driver():

@@ -5,7 +5,6 @@ are real captures and which one is hand-written)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
@@ -17,8 +16,8 @@ from sweeper.engines.flags import flag_problems, parse_help_flags
 from sweeper.engines.transformers import TRANSFORMERS_SIGNATURES, served_model_path
 from sweeper.loadgen.endpoints import RequestDialect, build_request_body
 from sweeper.trial.load_ladder import build_level_prompts, build_stream_options
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "transformers"
 SHIPPED_SPACE = ROOT / "search_spaces" / "transformers-h200.yaml"
 
