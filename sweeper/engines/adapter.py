@@ -165,6 +165,23 @@ class EngineAdapter:
         return None
 
 
+
+class ModuleEngine(EngineAdapter):
+    """An engine served by `python -m <module>` (SGLang, vLLM, transformers): the argv is built
+    here once; an adapter names its module, the words before the model and how it asks for help."""
+
+    module: str
+    command: tuple[str, ...] = ()  # vLLM's and transformers' "serve"
+    model_flag: tuple[str, ...] = ()  # SGLang names the model with --model-path
+    help_words: tuple[str, ...] = ("--help",)
+
+    def help_argv(self, python: str) -> list[str]:
+        return [python, "-m", self.module, *self.command, *self.help_words]
+
+    def build_argv(self, space: Space, config: Mapping[str, Any], port: int, python: str) -> list[str]:
+        return [python, "-m", self.module, *self.command, *self.model_flag, self.served_model(space),
+                "--host", "127.0.0.1", "--port", str(port), *space_flag_args(space, config)]
+
 def build_env(space: Space, config: Mapping[str, Any], host: HostSpec) -> dict[str, str]:
     """Host env, then the space's fixed env, then parameters: the most specific wins."""
     env = {**host.env, **space.fixed_env}

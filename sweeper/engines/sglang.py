@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
 from sweeper.spec.engine_traits import PARALLEL_FLAGS
-from sweeper.spec.space import Space
 from sweeper.engines.adapter import (
-    EngineAdapter, EngineInfo, LaunchSpec, Readiness, Signature, argv_value, flag_ports, port_number,
-    space_flag_args,
+    EngineInfo, LaunchSpec, ModuleEngine, Readiness, Signature, argv_value, flag_ports, port_number,
 )
 from sweeper.loadgen.endpoints import TokenizeApi
 from sweeper.loadgen.probe import PrefixCacheApi
@@ -83,24 +81,13 @@ SGLANG_INFO = EngineInfo(
 )
 
 
-def build_sglang_argv(module: str, space: Space, config: Mapping[str, Any], port: int,
-                      python: str) -> list[str]:
-    argv = [python, "-m", module, "--model-path", space.model, "--host", "127.0.0.1",
-            "--port", str(port)]
-    return argv + space_flag_args(space, config)
 
-
-class SGLangEngine(EngineAdapter):
+class SGLangEngine(ModuleEngine):
     info = SGLANG_INFO
     module = "sglang.launch_server"
+    model_flag = ("--model-path",)
     distribution = "sglang"
     flag_family = "sglang"
-
-    def help_argv(self, python: str) -> list[str]:
-        return [python, "-m", self.module, "--help"]
-
-    def build_argv(self, space: Space, config: Mapping[str, Any], port: int, python: str) -> list[str]:
-        return build_sglang_argv(self.module, space, config, port, python)
 
     def bound_ports(self, spec: LaunchSpec) -> dict[int, str]:
         return {**super().bound_ports(spec), **sglang_internal_ports(spec.argv, spec.port)}

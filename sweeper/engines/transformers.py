@@ -14,14 +14,12 @@ its RequestDialect says all of that for the load generator.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
 
 from sweeper.spec.engine_traits import request_api
 from sweeper.spec.space import Space
-from sweeper.engines.adapter import EngineAdapter, EngineInfo, Readiness, Signature, space_flag_args
+from sweeper.engines.adapter import EngineInfo, ModuleEngine, Readiness, Signature
 from sweeper.loadgen.endpoints import RequestDialect
 
-MODULE = "transformers.cli.transformers"  # has a __main__ guard; the `transformers` script runs it
 
 # Exact substrings of what `transformers serve`, torch and uvicorn log (transformers 5.17, torch
 # 2.11); most specific first: a compile failure's traceback also names the OOM or the graph error
@@ -86,21 +84,12 @@ def served_model_path(model: str) -> str:
     return str(path.absolute()) if path.exists() else model
 
 
-def build_transformers_argv(python: str, space: Space, config: Mapping[str, Any], port: int) -> list[str]:
-    argv = [python, "-m", MODULE, "serve", served_model_path(space.model), "--host", "127.0.0.1",
-            "--port", str(port)]
-    return argv + space_flag_args(space, config)
 
-
-class TransformersEngine(EngineAdapter):
+class TransformersEngine(ModuleEngine):
     info = TRANSFORMERS_INFO
+    module = "transformers.cli.transformers"  # has a __main__ guard; the `transformers` script runs it
+    command = ("serve",)
     distribution = "transformers"
-
-    def help_argv(self, python: str) -> list[str]:
-        return [python, "-m", MODULE, "serve", "--help"]
-
-    def build_argv(self, space: Space, config: Mapping[str, Any], port: int, python: str) -> list[str]:
-        return build_transformers_argv(python, space, config, port)
 
     def served_model(self, space: Space) -> str:
         return served_model_path(space.model)

@@ -12,8 +12,8 @@ from typing import Any, Mapping
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.engine_traits import PARALLEL_FLAGS
 from sweeper.spec.space import Space
-from sweeper.engines.adapter import (EngineAdapter, EngineInfo, LaunchSpec, Readiness, Signature, env_ports,
-                                  flag_ports, space_flag_args)
+from sweeper.engines.adapter import (EngineInfo, LaunchSpec, ModuleEngine, Readiness, Signature, env_ports,
+                                  flag_ports)
 from sweeper.loadgen.endpoints import TokenizeApi
 from sweeper.loadgen.probe import PrefixCacheApi
 
@@ -88,22 +88,14 @@ VLLM_INFO = EngineInfo(
 )
 
 
-def build_vllm_argv(module: str, space: Space, config: Mapping[str, Any], port: int, python: str) -> list[str]:
-    argv = [python, "-m", module, "serve", space.model, "--host", "127.0.0.1", "--port", str(port)]
-    return argv + space_flag_args(space, config)
 
-
-class VLLMEngine(EngineAdapter):
+class VLLMEngine(ModuleEngine):
     info = VLLM_INFO
     module = "vllm.entrypoints.cli.main"
+    command = ("serve",)
+    help_words = ("--help=all",)
     distribution = "vllm"
     flag_family = "vllm"
-
-    def help_argv(self, python: str) -> list[str]:
-        return [python, "-m", self.module, "serve", "--help=all"]
-
-    def build_argv(self, space: Space, config: Mapping[str, Any], port: int, python: str) -> list[str]:
-        return build_vllm_argv(self.module, space, config, port, python)
 
     def build_launch_spec(self, space: Space, config: Mapping[str, Any], host: HostSpec,
                           port: int, python: str) -> LaunchSpec:
