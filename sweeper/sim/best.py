@@ -7,7 +7,7 @@ simulator's own flag parser), so the number printed is what the server would be 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import Space
@@ -21,11 +21,14 @@ from sweeper.search.configs import config_key, enumerate_configs
 from sweeper.spec.rules import excluded_by_rule, violated_constraints
 from sweeper.search.pareto import front_keys
 
+# The model has no spread between requests of one level (lockstep rounds), so a percentile of a
+# latency is its modelled value.
 _MODELLED = {
     "output_throughput": lambda m: m.output_throughput,
     "request_throughput": lambda m: m.request_throughput,
-    "median_ttft_ms": lambda m: m.ttft_ms,
-    "median_itl_ms": lambda m: m.itl_ms,
+    "median_ttft_ms": lambda m: m.ttft_ms, "p99_ttft_ms": lambda m: m.ttft_ms,
+    "median_itl_ms": lambda m: m.itl_ms, "p99_itl_ms": lambda m: m.itl_ms,
+    "median_e2e_latency_ms": lambda m: m.e2e_latency_ms,
 }
 
 
@@ -55,16 +58,21 @@ def modelled_objective(space: Space, config: dict[str, Any]) -> float | None:
     return _MODELLED[goal.metric](metrics)
 
 
-def best_config(space: Space) -> SimOptimum:
+def enumerated_sim_configs(space: Space, metrics: Sequence[str]) -> list[dict[str, Any]]:
+    """Every config of a space `sim best` can model: engine sim, modelled goals, finite."""
     if space.engine != "sim":
         raise UserError(f"space {space.name!r} uses engine {space.engine!r}; `sim best` needs engine: sim")
-    goal = space.goals[0]
-    if goal.metric not in _MODELLED:
-        raise UserError(f"the simulator models {', '.join(_MODELLED)}, not {goal.metric}")
+    if unmodelled := [m for m in metrics if m not in _MODELLED]:
+        raise UserError(f"the simulator models {', '.join(_MODELLED)}, not {', '.join(unmodelled)}")
     try:
-        configs = list(enumerate_configs(space))
+        return list(enumerate_configs(space))
     except ValueError as exc:
         raise UserError(f"space {space.name!r} is not finite ({exc}); give every float a step") from None
+
+
+def best_config(space: Space) -> SimOptimum:
+    goal = space.goals[0]
+    configs = enumerated_sim_configs(space, [goal.metric])
     sign = 1.0 if goal.direction == "maximize" else -1.0
     best: tuple[float, dict] | None = None
     feasible = 0
@@ -80,15 +88,6 @@ def best_config(space: Space) -> SimOptimum:
     if best is None:
         raise UserError(f"no config of space {space.name!r} runs on the simulator")
     return SimOptimum(config=best[1], value=best[0], feasible=feasible, total=len(configs))
-
-
-# The model has no spread between requests of one level (lockstep rounds), so a percentile of a
-# latency is its modelled value.
-_MODELLED_LATENCY = {
-    "median_ttft_ms": lambda m: m.ttft_ms, "p99_ttft_ms": lambda m: m.ttft_ms,
-    "median_itl_ms": lambda m: m.itl_ms, "p99_itl_ms": lambda m: m.itl_ms,
-    "median_e2e_latency_ms": lambda m: m.e2e_latency_ms,
-}
 
 
 @dataclass(frozen=True)
@@ -110,21 +109,13 @@ def modelled_pair(space: Space, config: dict[str, Any]) -> tuple[float, float] |
     w = space.workload
     at_throughput = modelled_level_metrics(cfg, w.typical_input_len, w.typical_output_len, throughput.level)
     at_latency = modelled_level_metrics(cfg, w.typical_input_len, w.typical_output_len, latency.level)
-    return _MODELLED[throughput.metric](at_throughput), _MODELLED_LATENCY[latency.metric](at_latency)
+    return _MODELLED[throughput.metric](at_throughput), _MODELLED[latency.metric](at_latency)
 
 
 def modelled_front(space: Space) -> tuple[list[ModelledPoint], int, int]:
     """The exact Pareto front of a two-objective space on the model, by throughput (best first);
     with the counts of feasible and of all configs."""
-    if space.engine != "sim":
-        raise UserError(f"space {space.name!r} uses engine {space.engine!r}; `sim best` needs engine: sim")
-    throughput, latency = space.goals
-    if throughput.metric not in _MODELLED or latency.metric not in _MODELLED_LATENCY:
-        raise UserError(f"the simulator models {', '.join(_MODELLED)} and {', '.join(_MODELLED_LATENCY)}")
-    try:
-        configs = list(enumerate_configs(space))
-    except ValueError as exc:
-        raise UserError(f"space {space.name!r} is not finite ({exc}); give every float a step") from None
+    configs = enumerated_sim_configs(space, [goal.metric for goal in space.goals])
     points = {config_key(c): (c, pair) for c in configs if (pair := modelled_pair(space, c)) is not None}
     if not points:
         raise UserError(f"no config of space {space.name!r} runs on the simulator")
