@@ -9,12 +9,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterator
 
+import optuna
 import typer
 from rich.console import Console
 
 from sweeper.errors import UserError
 from sweeper.spaces import find_space_file
-from sweeper.study.store import format_known_studies, study_names
+from sweeper.study.store import format_known_studies, load_study, study_names
 from sweeper.interrupts import signals_as_interrupt, stopping
 from sweeper.study.storage import StorageBusy
 
@@ -106,6 +107,12 @@ def pick_study(study: str | None, results: Path, storage: str | None) -> str:
     if len(names) == 1:
         return names[0]
     raise UserError(f"name the study: {format_known_studies(names)}" + ("" if names else f" (under {results})"))
+
+
+def picked_study(study: str | None, results: Path, storage: str | None) -> tuple[str, optuna.Study]:
+    """The STUDY argument (or the only study there is) and that study, loaded."""
+    name = pick_study(study, results, storage)
+    return name, load_study(name, results, storage)
 
 
 def parse_duration(text: str) -> float:

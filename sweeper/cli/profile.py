@@ -8,8 +8,7 @@ from typing import Optional
 
 import typer
 
-from sweeper.cli.common import STUDY_ARG, pick_study, RESULTS_OPT, STORAGE_OPT, console, err, interrupts_as_keyboard, user_errors
-from sweeper.study.store import load_study
+from sweeper.cli.common import STUDY_ARG, picked_study, RESULTS_OPT, STORAGE_OPT, console, err, interrupts_as_keyboard, user_errors
 
 
 def profile(
@@ -29,8 +28,7 @@ def profile(
     from sweeper.profile.command import profile_study_trial
 
     with user_errors():
-        study = pick_study(study, results, storage)
-        optuna_study = load_study(study, results, storage)
+        study, optuna_study = picked_study(study, results, storage)
         try:
             with interrupts_as_keyboard():
                 result = profile_study_trial(optuna_study, results, hosts, trial, best_config, concurrency,

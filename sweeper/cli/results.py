@@ -12,12 +12,12 @@ import optuna
 import typer
 from rich.live import Live
 
-from sweeper.cli.common import STUDY_ARG, pick_study, RESULTS_OPT, STORAGE_OPT, console, err, user_errors
+from sweeper.cli.common import STUDY_ARG, pick_study, picked_study, RESULTS_OPT, STORAGE_OPT, console, err, user_errors
 from sweeper.errors import UserError
 from sweeper.results.show import build_best_record, build_show_record, format_show
 from sweeper.results.table import format_leaderboard_table
 from sweeper.study.stored import parse_stored_space
-from sweeper.study.store import load_study, open_study_storage
+from sweeper.study.store import open_study_storage
 from sweeper.results.answer import build_answer, format_answer_lines
 from sweeper.results.ranking import best_ranked_trial
 from sweeper.study.trials import chosen_trial, is_pareto_study
@@ -42,8 +42,7 @@ def leaderboard(
     from sweeper.results.export import build_export_frame, write_export
 
     with user_errors():
-        study = pick_study(study, results, storage)
-        optuna_study = load_study(study, results, storage)
+        study, optuna_study = picked_study(study, results, storage)
         exports = [(path, fmt) for path, fmt in ((csv, "csv"), (json_file, "json"), (parquet, "parquet")) if path]
         frame = build_export_frame(optuna_study, level, feasible_only, top) if exports or as_json else None
         if as_json:
@@ -65,8 +64,7 @@ def report(
     from sweeper.results.report import build_report, write_report
 
     with user_errors():
-        study = pick_study(study, results, storage)
-        optuna_study = load_study(study, results, storage)
+        study, optuna_study = picked_study(study, results, storage)
         written = write_report(build_report(optuna_study), out or results / study)
         console.print(f"wrote {written[0]} and {written[1]}")
 
@@ -132,8 +130,7 @@ def best(
     from sweeper.results.script import best_launch_script
 
     with user_errors():
-        study = pick_study(study, results, storage)
-        optuna_study = load_study(study, results, storage)
+        study, optuna_study = picked_study(study, results, storage)
         if as_json:
             if (record := build_best_record(optuna_study)) is None:
                 raise UserError(f"study {study!r} has no feasible trial yet")

@@ -9,7 +9,7 @@ from typing import List, Optional
 import typer
 
 from sweeper.cli.campaign import continue_campaign
-from sweeper.cli.common import STUDY_ARG, pick_study, SPACE_ARG, OUTPUT, RESULTS_OPT, STORAGE_OPT, WARM_START_OPT, console, err, interrupts_as_keyboard, parse_duration, user_errors
+from sweeper.cli.common import STUDY_ARG, picked_study, SPACE_ARG, OUTPUT, RESULTS_OPT, STORAGE_OPT, WARM_START_OPT, console, err, interrupts_as_keyboard, parse_duration, user_errors
 from sweeper.cli.progress import LineEvents, open_new_study, sweep_and_print, verbose_lines_to, warm_start_study
 from sweeper.errors import UserError
 from sweeper.hosts import open_host
@@ -171,8 +171,7 @@ def resume(
 ) -> None:
     """Continue an interrupted study to its budget."""
     with user_errors():
-        study = pick_study(study, results, storage)
-        optuna_study = load_study(study, results, storage)
+        study, optuna_study = picked_study(study, results, storage)
         attrs = optuna_study.user_attrs
         if "hosts" in attrs:  # a shared study: workers, leases and claims, not one controller
             raise UserError(f"study {study!r} runs on several hosts: continue it with "

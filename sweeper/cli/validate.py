@@ -10,11 +10,10 @@ from typing import Optional
 import typer
 
 from sweeper.levels import short_level
-from sweeper.cli.common import STUDY_ARG, pick_study, SPACE_ARG, RESULTS_OPT, STORAGE_OPT, console, user_errors
+from sweeper.cli.common import STUDY_ARG, picked_study, SPACE_ARG, RESULTS_OPT, STORAGE_OPT, console, user_errors
 from sweeper.cli.progress import open_new_study, with_progress
 from sweeper.errors import UserError
 from sweeper.study.stored import parse_stored_space
-from sweeper.study.store import load_study
 from sweeper.spec.space import Space, load_space
 from sweeper.workflows.ablation import Measured, ablation_runs, repeats_for_noise, sampled_config, summarize_ablation, finalist_runs, summarize_pareto_finalists
 from sweeper.study.confidence import MAX_REPEATS
@@ -113,8 +112,7 @@ def validate(
     from sweeper.results.ablation_table import format_finalists_table
 
     with user_errors():
-        study = pick_study(study, results, storage)
-        source = load_study(study, results, storage)
+        study, source = picked_study(study, results, storage)
         pareto = is_pareto_study(source)
         labels, runs = finalist_runs(source, top, repeats)
         if not labels:
