@@ -4,15 +4,26 @@ and AgentHost, the part of it both transports share (each method one operation o
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Self, Sequence
 
 from sweeper.errors import UserError
 from sweeper.hosts.gpu import APPS_QUERY, GPU_QUERY, POWER_QUERY, GpuParseError, GpuSnapshot, parse_power, parse_snapshot
 from sweeper.spec.hosts import HostSpec
 
 
+class StudyRecord:
+    """A frozen dataclass kept in a trial's attrs as a plain dict, read back by its field names."""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> Self:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+
+
 @dataclass(frozen=True)
-class ServerProcess:
+class ServerProcess(StudyRecord):
     """A server we started: enough to find it again, from this controller or a later one."""
 
     host: str
@@ -22,16 +33,9 @@ class ServerProcess:
     token: str
     log_path: str
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping) -> "ServerProcess":
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
-
 
 @dataclass(frozen=True)
-class LaunchIntent:
+class LaunchIntent(StudyRecord):
     """What a launch will start, written into the study BEFORE the host spawns anything: the run
     token the server will carry and the folder on the host where its process.json lands. A later
     controller finds the server by them whatever the moment its predecessor died (find_servers)."""
@@ -39,13 +43,6 @@ class LaunchIntent:
     host: str
     token: str
     run_dir: str  # on the host
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping) -> "LaunchIntent":
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
 
 
 @dataclass(frozen=True)
