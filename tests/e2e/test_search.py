@@ -39,11 +39,7 @@ def test_rules_cost_no_launch_and_derived_values_reach_the_server(cli):
     # 4 configs, 2 of them ruled out: brute force runs out of configs before 3 evaluations
     result = cli.run("sweep", "ruled.yaml", "--study", "r1", "--sampler", "brute", "--trials", "3")
     assert result.returncode == 0, result.stderr
-    frame = leaderboard_csv(cli, "r1")
-    ruled = frame[frame["param_moe_runner_backend"] == "triton"]
-    assert len(ruled) == 2 and set(ruled["failure_kind"]) == {"rule"}
-    for number in ruled["trial"]:
-        assert not (cli.workdir / f"results/r1/trials/{number}/server.log").exists()  # never launched
+    frame = assert_refused_without_launch(cli, "r1", "triton", "rule")
     launched = frame[frame["param_moe_runner_backend"] == "marlin"]
     assert len(launched) == 2 and launched["feasible"].all()
     assert sorted(launched["param_ep_size"]) == [4, 8]  # derived = tp_size
@@ -125,13 +121,19 @@ def test_flags_the_installed_engine_lacks_cost_no_launch(cli):
     (cli.workdir / "flags.yaml").write_text(space)
     result = cli.run("sweep", "flags.yaml", "--study", "f1", "--sampler", "brute", "--trials", "3")
     assert result.returncode == 0, result.stderr
-    frame = leaderboard_csv(cli, "f1")
-    refused = frame[frame["param_moe_runner_backend"] == "humming"]
-    assert len(refused) == 2 and set(refused["failure_kind"]) == {"unsupported_flag"}
-    for number in refused["trial"]:
-        assert not (cli.workdir / f"results/f1/trials/{number}/server.log").exists()
+    assert_refused_without_launch(cli, "f1", "humming", "unsupported_flag")
 
     (cli.workdir / "fixed.yaml").write_text(space.replace("--load-seconds: 20}", "--load-seconds: 20, --enable-dp-attention: true}"))
     result = cli.run("sweep", "fixed.yaml", "--study", "f2")
     assert result.returncode == 2
     assert "--enable-dp-attention is not a flag of the installed engine; use --attn-dp-size" in result.stderr
+
+
+def assert_refused_without_launch(cli, study: str, backend: str, kind: str):
+    """Both configs with this MoE backend failed as `kind`, none ever launched; the leaderboard."""
+    frame = leaderboard_csv(cli, study)
+    refused = frame[frame["param_moe_runner_backend"] == backend]
+    assert len(refused) == 2 and set(refused["failure_kind"]) == {kind}
+    for number in refused["trial"]:
+        assert not (cli.workdir / f"results/{study}/trials/{number}/server.log").exists()
+    return frame
