@@ -12,7 +12,7 @@ from sweeper.loadgen.endpoints import TokenizeApi
 from sweeper.loadgen.probe import PrefixCacheApi
 
 # Exact substrings from SGLang's logs (../shared/reference/engines.md), each found in the 0.5.23
-# sources (tests/unit/test_failure_signatures.py names the files); most specific first.
+# sources (tests/unit/engines/test_failure_signatures.py names the files); most specific first.
 SGLANG_SIGNATURES = (
     Signature("Capture cuda graph failed", "cuda_graph_capture"),
     Signature("Capture prefill CUDA graph failed", "cuda_graph_capture"),

@@ -1,6 +1,6 @@
 """How engine flags changed between releases, as data, so a refused flag names its replacement and
 the version it changed in. Checked against the `--help` of each release in tests/fixtures/help/
-(SGLang 0.5.9, 0.5.16, 0.5.20, 0.5.23; vLLM 0.24.0 and 0.33.0): tests/unit/test_engine_versions.py proves
+(SGLang 0.5.9, 0.5.16, 0.5.20, 0.5.23; vLLM 0.24.0 and 0.33.0): tests/unit/engines/test_engine_versions.py proves
 every row against those texts. The installed engine's own `--help` stays the authority before a
 launch; this table only explains what it refuses, and warns about deprecated flags it still takes.
 """

@@ -1,5 +1,5 @@
 """The README's and docs/'s parts the tests read: their fenced blocks, sections, the `sweeper ...`
-command lines they show (tests/unit/test_readme_claims.py checks them against the app, tests/e2e/
+command lines they show (tests/unit/cli/test_readme_claims.py checks them against the app, tests/e2e/
 test_readme_walkthrough.py runs the walkthrough's)."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ snapshotted: the seeds and every single-lever change from the first seed, each w
 of that version's flag check (its captured --help) and its deprecation warnings.
 
 Snapshots live in tests/fixtures/argv/<space>/<engine>-<version>.json. After an intended change,
-rewrite them with `SWEEPER_UPDATE_SNAPSHOTS=1 pytest tests/unit/test_shipped_spaces.py` and review
+rewrite them with `SWEEPER_UPDATE_SNAPSHOTS=1 pytest tests/unit/spec/test_shipped_spaces.py` and review
 the diff."""
 
 from __future__ import annotations

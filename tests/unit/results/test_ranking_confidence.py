@@ -16,7 +16,6 @@ from sweeper.results.report_sections import build_top_section
 from sweeper.results.show import build_best_record, build_show_record
 from sweeper.results.table import format_leaderboard_table
 from sweeper.workflows.ablation import Measured, summarize_finalists
-from sweeper.study.record import outcome_attrs
 from sweeper.trial.context import TrialOutcome
 from tests.support.studies import level, make_study, record
 

@@ -17,8 +17,9 @@ from sweeper.profile.groups import GROUP_RULES, GROUPS, classify_kernel
 from sweeper.profile.trace import (
     SOURCE_CPU, SOURCE_GPU, TraceError, device_busy, group_shares, kernel_shares, load_trace, summarize_traces,
 )
+from tests.support.paths import FIXTURE_DIR
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "profile"
+FIXTURES = FIXTURE_DIR / "profile"
 STEPS = 4
 
 

@@ -3,11 +3,11 @@ crash far less than TPE fed crashes as FAIL (bench/search_efficiency.py has the 
 
 import sys
 import warnings
-from pathlib import Path
 
 import optuna
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import ROOT
+
 sys.path.insert(0, str(ROOT / "bench"))
 
 from model_search import simulate_search  # noqa: E402

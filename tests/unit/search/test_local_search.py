@@ -3,7 +3,6 @@ incumbent, never a rule-excluded or already-measured config, and a crash region 
 
 import sys
 import warnings
-from pathlib import Path
 
 import optuna
 
@@ -11,8 +10,8 @@ from sweeper.search.configs import config_key, suggest_config
 from sweeper.search.local_search import PROPOSED_BY, LocalSearchSampler, is_feasible, single_lever
 from sweeper.spec.rules import excluded_by_rule, violated_constraints
 from sweeper.spec.space import load_space
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 warnings.filterwarnings("ignore")
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -6,7 +6,6 @@ region behind."""
 import random
 import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 import optuna
@@ -19,8 +18,8 @@ from sweeper.search.model import neighbours, random_config
 from sweeper.search.samplers import build_sampler, resolve_sampler_name
 from sweeper.spec.rules import excluded_by_rule, violated_constraints
 from sweeper.spec.space import load_space
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 warnings.filterwarnings("ignore")
 optuna.logging.set_verbosity(optuna.logging.WARNING)

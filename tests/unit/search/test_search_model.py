@@ -5,7 +5,6 @@ proposal is never a rule-excluded, constraint-violating or already-measured conf
 import random
 import sys
 import warnings
-from pathlib import Path
 
 import optuna
 import pytest
@@ -18,14 +17,14 @@ from sweeper.search.model import bad_odds, fit, propose, runs_chance
 from sweeper.search.samplers import build_sampler
 from sweeper.spec.rules import excluded_by_rule, violated_constraints
 from sweeper.spec.space import load_space
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 warnings.filterwarnings("ignore")
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 from model_search import evaluations_to_reach, simulate_search  # noqa: E402
-from surfaces import Surface, optimum, sim  # noqa: E402
+from surfaces import optimum, sim  # noqa: E402
 
 SPACE = load_space(ROOT / "search_spaces" / "demo-sim.yaml")
 

@@ -1,11 +1,11 @@
 """A real vLLM 0.24.0 worker trace (tests/fixtures/vllm/vllm-0.24.0_rank0.pt.trace.json.gz,
 --profiler-config on the H200) through `sweeper kernels`' summary."""
 
-from pathlib import Path
 
 from sweeper.profile.command import summarize_trace_files
+from tests.support.paths import FIXTURE_DIR
 
-TRACE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "vllm-0.24.0_rank0.pt.trace.json.gz"
+TRACE = FIXTURE_DIR / "vllm" / "vllm-0.24.0_rank0.pt.trace.json.gz"
 
 
 def test_the_real_vllm_trace_gives_its_kernel_table():

@@ -6,7 +6,6 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
-from pathlib import Path
 
 import pytest
 
@@ -18,6 +17,7 @@ from sweeper.profile.control import (
 from sweeper.profile.outputs import build_profile_record, format_profile_text
 from sweeper.profile.run import profiled_request_count
 from sweeper.profile.trace import DeviceBusy, KernelRow, KernelTable, group_shares
+from tests.support.paths import FIXTURE_DIR
 
 
 def test_each_engine_gets_its_profiler_or_a_clear_refusal():
@@ -34,7 +34,7 @@ def test_each_engine_gets_its_profiler_or_a_clear_refusal():
         profiler_for("llamacpp")
 
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = FIXTURE_DIR
 
 
 @pytest.mark.parametrize("version, help_file", [("0.24.0", "help/vllm-0.24.0.txt"),
