@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from sweeper.study.store import load_study  # noqa: E402
 from sweeper.study.trials import best_trial  # noqa: E402
 from sweeper.sim.best import best_config, modelled_objective  # noqa: E402
-from sweeper.spec.space import load_space  # noqa: E402
+from sweeper.spec.space_file import load_space  # noqa: E402
 
 SPACE = ROOT / "bench" / "campaign-sim.yaml"
 WITHIN = 0.98

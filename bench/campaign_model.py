@@ -21,7 +21,7 @@ from sweeper.workflows.ablation import Measured
 from sweeper.search.samplers import build_sampler
 from sweeper.study.trials import ranked_trials
 from sweeper.workflows.validation import plan_validation
-from sweeper.spec.space import load_space
+from sweeper.spec.space_file import load_space
 
 warnings.filterwarnings("ignore")
 SPACE = Path(__file__).with_name("campaign-sim.yaml")

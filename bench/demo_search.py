@@ -15,7 +15,7 @@ from pathlib import Path
 
 import optuna
 
-from sweeper.spec.space import load_space
+from sweeper.spec.space_file import load_space
 from sweeper.sim.best import best_config, modelled_objective
 from sweeper.search.configs import config_key, suggest_config
 from sweeper.spec.rules import violated_constraints

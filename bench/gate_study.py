@@ -15,7 +15,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from sweeper.spec.space import parse_space
+from sweeper.spec.space_file import parse_space
 from sweeper.sim.best import sim_config_of
 from sweeper.sim.failures import FP4_CAPABLE_MOE_BACKENDS
 from sweeper.search.configs import with_derived

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import optuna
 
-from sweeper.spec.space import ObjectiveTerm, Space, load_space
+from sweeper.spec.space import ObjectiveTerm, Space
+from sweeper.spec.space_file import load_space
 from sweeper.search.samplers import GridOrderSampler, build_sampler
 from sweeper.sim.best import modelled_front, modelled_pair
 from sweeper.search.configs import config_key, enumerate_configs, suggest_config

@@ -18,7 +18,7 @@ from pathlib import Path
 import optuna
 
 from model_search import evaluations_to_reach, simulate_search
-from sweeper.spec.space import load_space
+from sweeper.spec.space_file import load_space
 from sweeper.search.samplers import GridOrderSampler, build_sampler
 from sweeper.sim.best import best_config
 

@@ -21,7 +21,7 @@ import optuna
 
 from model_search import evaluations_to_reach, simulate_search
 from surfaces import FAMILY, family, optimum
-from sweeper.spec.space import load_space
+from sweeper.spec.space_file import load_space
 from sweeper.search.samplers import GridOrderSampler, build_sampler
 
 warnings.filterwarnings("ignore")

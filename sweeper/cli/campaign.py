@@ -13,7 +13,7 @@ from sweeper.cli.common import SPACE_ARG, RESULTS_OPT, STORAGE_OPT, WARM_START_O
 from sweeper.cli.progress import LineEvents, open_new_study, warm_start_study, with_progress
 from sweeper.errors import UserError
 from sweeper.study.store import StudyHandle, load_study
-from sweeper.spec.space import load_space
+from sweeper.spec.space_file import load_space
 
 
 class CliIO:

@@ -9,7 +9,7 @@ import typer
 
 from sweeper.cli.common import SPACE_ARG, console, user_errors
 from sweeper.spec.hosts import load_host
-from sweeper.spec.space import load_space
+from sweeper.spec.space_file import load_space
 from sweeper.workflows.doctor_checks import Check, run_checks
 
 

@@ -12,7 +12,8 @@ from sweeper.cli.common import SPACE_ARG, RESULTS_OPT, STORAGE_OPT, console, use
 from sweeper.errors import UserError
 from sweeper.study.store import load_study
 from sweeper.study.trials import best_trial
-from sweeper.spec.space import Space, load_space
+from sweeper.spec.space import Space
+from sweeper.spec.space_file import load_space
 
 
 def sim_best(

@@ -21,7 +21,8 @@ from sweeper.study.store import StudyHandle, controller_alive, create_study, hos
 from sweeper.study.runs import recover_interrupted
 from sweeper.spec.hosts import DEFAULT_HOSTS_FILE, load_host, load_hosts
 from sweeper.spaces import packaged_spaces
-from sweeper.spec.space import Space, load_space
+from sweeper.spec.space import Space
+from sweeper.spec.space_file import load_space
 from sweeper.study.storage import open_storage
 from sweeper.cli.sim import format_distance_to_optimum
 from sweeper.study.trials import best_trial

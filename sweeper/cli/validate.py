@@ -14,7 +14,8 @@ from sweeper.cli.common import STUDY_ARG, picked_study, SPACE_ARG, RESULTS_OPT, 
 from sweeper.cli.progress import open_new_study, with_progress
 from sweeper.errors import UserError
 from sweeper.study.stored import parse_stored_space
-from sweeper.spec.space import Space, load_space
+from sweeper.spec.space import Space
+from sweeper.spec.space_file import load_space
 from sweeper.workflows.ablation import Measured, ablation_runs, repeats_for_noise, sampled_config, summarize_ablation, finalist_runs, summarize_pareto_finalists
 from sweeper.study.confidence import MAX_REPEATS
 from sweeper.study.runs import enqueue_runs, measured_runs, run_queue, measured_values

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from sweeper.loadgen.sockio import StampedSocket, open_stamped
+from sweeper.loadgen.sockio import StampedSocket, TlsProtocol, open_stamped, open_tls
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_LINE_BYTES = 4096  # a chunk-size or trailer line
@@ -130,10 +130,10 @@ _IDLE, _HEAD, _LENGTH, _CHUNKED, _UNTIL_CLOSE = range(5)
 
 class _Connection:
     """One connection carrying one exchange at a time; its I/O is a sockio.StampedSocket (plain
-    TCP, reads stamped by the kernel) or a _TlsProtocol."""
+    TCP, reads stamped by the kernel) or a sockio.TlsProtocol."""
 
     def __init__(self) -> None:
-        self.io: StampedSocket | _TlsProtocol | None = None
+        self.io: StampedSocket | TlsProtocol | None = None
         self.closed = False
         self.last_read = 0.0
         self._state = _IDLE
@@ -443,48 +443,14 @@ class Pool:
         self._open.add(conn)
         return conn
 
-    async def _open_io(self, origin: Origin, conn: _Connection) -> StampedSocket | _TlsProtocol:
+    async def _open_io(self, origin: Origin, conn: _Connection) -> StampedSocket | TlsProtocol:
         if origin.scheme == "http":
             return await open_stamped(origin.host, origin.port, conn.received, conn.lost)
         if self._ssl is None:
             import ssl  # only for https origins
 
             self._ssl = ssl.create_default_context()
-        _, protocol = await asyncio.get_running_loop().create_connection(
-            lambda: _TlsProtocol(conn), origin.host, origin.port, ssl=self._ssl, server_hostname=origin.host)
-        return protocol
-
-
-class _TlsProtocol(asyncio.Protocol):
-    """https through asyncio's TLS transport: reads are stamped when the loop delivers them (the
-    kernel's stamp would be of encrypted records, not of the bytes they carry)."""
-
-    def __init__(self, conn: _Connection) -> None:
-        self._conn = conn
-        self._transport: asyncio.Transport | None = None
-
-    @property
-    def closing(self) -> bool:
-        return self._transport is None or self._transport.is_closing()
-
-    def write(self, data: bytes) -> None:
-        self._transport.write(data)  # type: ignore[union-attr]
-
-    def close(self) -> None:
-        if self._transport is not None:
-            self._transport.close()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        self._conn.received(data, time.perf_counter())
-
-    def eof_received(self) -> bool:
-        return False  # close our side too; connection_lost follows
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._conn.lost(exc)
+        return await open_tls(origin.host, origin.port, self._ssl, conn.received, conn.lost)
 
 
 class BufferSink:

@@ -1,4 +1,4 @@
-"""Plain TCP for the HTTP client, each read stamped with the kernel's receive time.
+"""Sockets for the HTTP client: plain TCP, each read stamped with the kernel's receive time.
 
 Reads are recvmsg'd with SO_TIMESTAMPNS: the time the bytes reached this machine's socket, not
 the time the event loop got round to them. So the client's own wake-up (0.1-0.2 ms when it was
@@ -6,6 +6,9 @@ idle, on a VM), a busy loop, or C streams turning readable at once (a server emi
 stream of its batch together) stay out of TTFT and ITL. What a client cannot keep up with still
 shows, as loop lag (lag.py) and as requests sent late. Linux; elsewhere a read is stamped when
 it is read.
+
+https goes through asyncio's TLS transport instead (TlsProtocol, open_tls): the same callbacks,
+each read stamped when the loop delivers it.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import socket
 import struct
 import sys
 import time
-from typing import Callable
+from typing import Any, Callable
 
 # Linux's number (Python names it from 3.12); elsewhere 35 is some other option: not set there.
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else None)
@@ -153,3 +156,43 @@ async def open_stamped(host: str, port: int, on_data: DataCallback, on_lost: Los
             raise
         return StampedSocket(loop, sock, on_data, on_lost)
     raise error
+
+
+class TlsProtocol(asyncio.Protocol):
+    """https through asyncio's TLS transport: reads are stamped when the loop delivers them (the
+    kernel's stamp would be of encrypted records, not of the bytes they carry)."""
+
+    def __init__(self, on_data: DataCallback, on_lost: LostCallback) -> None:
+        self._on_data, self._on_lost = on_data, on_lost
+        self._transport: asyncio.Transport | None = None
+
+    @property
+    def closing(self) -> bool:
+        return self._transport is None or self._transport.is_closing()
+
+    def write(self, data: bytes) -> None:
+        self._transport.write(data)  # type: ignore[union-attr]
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self._on_data(data, time.perf_counter())
+
+    def eof_received(self) -> bool:
+        return False  # close our side too; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._on_lost(exc)
+
+
+async def open_tls(host: str, port: int, ssl_context: Any, on_data: DataCallback,
+                   on_lost: LostCallback) -> TlsProtocol:
+    """Connect over TLS (server name checked against host) and start reading. Raises OSError."""
+    _, protocol = await asyncio.get_running_loop().create_connection(
+        lambda: TlsProtocol(on_data, on_lost), host, port, ssl=ssl_context, server_hostname=host)
+    return protocol

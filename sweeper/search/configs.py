@@ -10,7 +10,8 @@ from typing import Any, Iterator
 
 import optuna
 
-from sweeper.spec.space import BoolParam, CategoricalParam, FloatParam, IntParam, Space
+from sweeper.spec.params import BoolParam, CategoricalParam, FloatParam, IntParam
+from sweeper.spec.space import Space
 from sweeper.spec.expr import Missing, parse_expr
 
 Config = dict[str, Any]

@@ -133,19 +133,7 @@ def build_chrome_trace(cfg: SimConfig, passes: Sequence[Pass], time_scale: float
                        origin: float, origin_epoch_us: float, activities: Sequence[str], pid: int) -> dict[str, Any]:
     """One TP rank's trace, in the layout torch.profiler's export_chrome_trace writes."""
     gpu, cpu = "GPU" in activities, "CPU" in activities
-    events: list[dict[str, Any]] = [
-        {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "python"}},
-        {"ph": "M", "name": "process_labels", "pid": pid, "tid": 0, "args": {"labels": "CPU"}},
-        {"ph": "M", "name": "thread_name", "pid": pid, "tid": pid,
-         "args": {"name": f"thread {pid} (scheduler_TP{rank})"}},
-    ]
-    if gpu:
-        events += [
-            {"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": "python"}},
-            {"ph": "M", "name": "process_labels", "pid": rank, "tid": 0, "args": {"labels": f"GPU {rank}"}},
-            {"ph": "M", "name": "thread_name", "pid": rank, "tid": GPU_STREAM,
-             "args": {"name": f"stream {GPU_STREAM}"}},
-        ]
+    events = _metadata_events(rank, pid, gpu)
     correlation = 1000 * rank
     clock_us, last_end = origin_epoch_us, origin
     for item in passes:
@@ -190,6 +178,25 @@ def build_chrome_trace(cfg: SimConfig, passes: Sequence[Pass], time_scale: float
         "baseTimeNanoseconds": int(origin_epoch_us * 1000),
         "traceEvents": events,
     }
+
+
+def _metadata_events(rank: int, pid: int, gpu: bool) -> list[dict[str, Any]]:
+    """The trace's process and thread names: the scheduler's CPU thread, and with GPU activity the
+    rank's GPU (pid = rank) and its stream."""
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "python"}},
+        {"ph": "M", "name": "process_labels", "pid": pid, "tid": 0, "args": {"labels": "CPU"}},
+        {"ph": "M", "name": "thread_name", "pid": pid, "tid": pid,
+         "args": {"name": f"thread {pid} (scheduler_TP{rank})"}},
+    ]
+    if gpu:
+        events += [
+            {"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": "python"}},
+            {"ph": "M", "name": "process_labels", "pid": rank, "tid": 0, "args": {"labels": f"GPU {rank}"}},
+            {"ph": "M", "name": "thread_name", "pid": rank, "tid": GPU_STREAM,
+             "args": {"name": f"stream {GPU_STREAM}"}},
+        ]
+    return events
 
 
 class ProfilerError(ValueError):

@@ -5,7 +5,10 @@
 - expr.py      constraint / rule / derived expressions, parsed safely (no eval)
 - rules.py     a config against the space's static rules and constraints (what preflight refuses)
 - hosts.py     hosts.yaml: HostSpec, load_hosts, load_host
-- space.py     search-space files: parameters, derived, rules, workload, objectives, gate; load_space
+- params.py    search-space parameters (categorical, int, float, bool, derived) and a seed value's fit
+- space.py     search-space models: rules, workload, objectives, gate, the Space; space_fingerprint
+- space_checks.py a space's checks across keys (conditions, expressions, seeds, objectives vs the ladder)
+- space_file.py a space file read: parse_space, load_space (YAML -> checked Space, workload paths)
 - datasets.py  dataset files (ShareGPT, JSONL) and length distributions: records sent verbatim
 - engine_traits.py what a space is checked against per engine (request API, parallel-size flags)
 """

@@ -1,107 +1,21 @@
-"""Search-space files: the typed models (parameters, derived values, rules, workload, objectives,
-correctness check) and the loader that cross-checks them."""
+"""Search-space files as typed models: rules, workload, objectives, budget, launch, correctness
+check, and the Space that holds them with its parameters (spec/params.py); its fingerprint."""
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from sweeper.errors import ConfigError, did_you_mean
 from sweeper.levels import Level, Rate, goal_name, workload_levels
-from sweeper.outcomes import (CAPACITY_METRIC, FAIRNESS_METRICS, LATENCY_METRICS, PER_GPU_METRIC, THROUGHPUT_METRICS,
-                              MetricName)
-from sweeper.spaces import packaged_spaces  # the names a SPACE argument may also be
-from sweeper.spec.datasets import DatasetError, load_dataset
-from sweeper.spec.engine_traits import PARALLEL_FLAGS, request_api
-from sweeper.spec.expr import MAX_PROBES, Expr, ExprError, Missing, first_type_error, parse_expr
-from sweeper.spec.loading import Strict, validate_model
-from sweeper.spec.yamlfile import KeyPath, format_path, line_of, parse_yaml_with_lines
-
-Scalar = Union[bool, int, float, str, None]
-
-
-class _Param(Strict):
-    flag: str | None = Field(None, pattern=r"^-{1,2}[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    when: dict[str, Scalar | list[Scalar]] = {}
-    help: str = ""
-
-    @model_validator(mode="after")
-    def _one_target(self):
-        if (self.flag is None) == (self.env is None):
-            raise ValueError("give exactly one of 'flag' (a CLI flag) or 'env' (an environment variable)")
-        return self
-
-
-class CategoricalParam(_Param):
-    type: Literal["categorical"]
-    choices: list[Scalar] = Field(min_length=1)
-
-    @model_validator(mode="after")
-    def _unique(self):
-        if len({json.dumps(c) for c in self.choices}) != len(self.choices):
-            raise ValueError("choices must be unique")
-        return self
-
-
-class IntParam(_Param):
-    type: Literal["int"]
-    low: int
-    high: int
-    step: int = Field(1, ge=1)
-    log: bool = False
-
-    @model_validator(mode="after")
-    def _range(self):
-        _check_range(self.low, self.high, self.log, self.step != 1)
-        return self
-
-
-class FloatParam(_Param):
-    type: Literal["float"]
-    low: float
-    high: float
-    step: float | None = Field(None, gt=0)
-    log: bool = False
-
-    @model_validator(mode="after")
-    def _range(self):
-        _check_range(self.low, self.high, self.log, self.step is not None)
-        return self
-
-
-class BoolParam(_Param):
-    """A bool mapped to a flag is the bare flag when true and absent when false; mapped to an
-    environment variable it is "1" or "0"."""
-
-    type: Literal["bool"]
-
-
-def _check_range(low: float, high: float, log: bool, stepped: bool) -> None:
-    if low >= high:
-        raise ValueError(f"low ({low}) must be below high ({high})")
-    if log and low <= 0:
-        raise ValueError("a log-scaled range needs low > 0")
-    if log and stepped:
-        raise ValueError("'log' and 'step' cannot be combined")
-
-
-Param = Annotated[
-    Union[CategoricalParam, IntParam, FloatParam, BoolParam], Field(discriminator="type")
-]
-
-
-class DerivedParam(_Param):
-    """A value computed from the sampled parameters (never sampled itself), e.g. `ep_size: tp_size`."""
-
-    expr: str
+from sweeper.outcomes import CAPACITY_METRIC, MetricName
+from sweeper.spec.expr import Expr, parse_expr
+from sweeper.spec.loading import Strict
+from sweeper.spec.params import BaseParam, DerivedParam, Param, Scalar
 
 
 class Rule(Strict):
@@ -452,7 +366,7 @@ class Space(Strict):
         """Every name a config can hold: sampled and derived parameters."""
         return set(self.parameters) | set(self.derived)
 
-    def target(self, name: str) -> "_Param":
+    def target(self, name: str) -> BaseParam:
         """Where a config value goes (its flag or environment variable)."""
         return self.parameters[name] if name in self.parameters else self.derived[name]
 
@@ -461,55 +375,6 @@ class Space(Strict):
 
     def parsed_rules(self) -> list[tuple[Expr, str]]:
         return [(parse_expr(rule.forbid, self.names), rule.reason) for rule in self.rules]
-
-
-# ---------------------------------------------------------------- loading
-
-def load_space(path: Path) -> Space:
-    if not path.is_file():
-        names = sorted(packaged_spaces())
-        raise ConfigError(str(path), "", f"file not found (or a packaged space: {', '.join(names)})"
-                          + did_you_mean(str(path).removesuffix(".yaml"), names))
-    text = path.read_text()
-    return check_workload_files(resolve_workload_paths(parse_space(text, str(path)), path.parent), text, str(path))
-
-
-def resolve_workload_paths(space: Space, base: Path) -> Space:
-    """The workload's dataset and tokenizer paths taken from the space file's folder."""
-    updates = {key: str((base / value).expanduser()) for key in ("dataset", "tokenizer")
-               if (value := getattr(space.workload, key)) and not Path(value).expanduser().is_absolute()}
-    return space.model_copy(update={"workload": space.workload.model_copy(update=updates)}) if updates else space
-
-
-def check_workload_files(space: Space, text: str, source: str) -> Space:
-    """A dataset that cannot be read is refused when the space loads (nothing is launched): one
-    line naming the dataset file and its record."""
-    workload = space.workload
-    if workload.dataset is None:
-        return space
-    try:
-        records = load_dataset(Path(workload.dataset), workload.dataset_format)
-        api = request_api(space.engine)
-        if api != "chat" and (chat := next((i for i, r in enumerate(records) if r.messages), None)) is not None:
-            raise DatasetError(f"{workload.dataset}: record {chat + 1} has chat \"messages\", but {space.engine} "
-                               f"is sent {api} requests (write \"prompt\" records)")
-    except DatasetError as exc:
-        _, lines = parse_yaml_with_lines(text, source)
-        raise ConfigError(source, "workload.dataset", str(exc), line_of(lines, ("workload", "dataset"))) from None
-    return space
-
-
-def parse_space(text: str, source: str) -> Space:
-    duplicates: list[ConfigError] = []
-    data, lines = parse_yaml_with_lines(text, source, duplicates)
-    if not isinstance(data, dict):
-        raise ConfigError(source, "", "expected a mapping at the top level")
-    space = validate_model(source, data, lines, Space, duplicates)
-    problems = duplicates + [ConfigError(source, format_path(path), message, line_of(lines, path))
-                             for path, message in _cross_check_space(space)]
-    if problems:
-        raise ConfigError.all_of(sorted(problems, key=lambda e: e.line or 0))
-    return space
 
 
 def space_fingerprint(space: Space) -> str:
@@ -525,220 +390,6 @@ def space_fingerprint(space: Space) -> str:
             workload.pop(key, None)
     canonical = json.dumps(data, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
-
-
-def _cross_check_space(space: Space) -> list[tuple[KeyPath, str]]:
-    names = list(space.parameters)
-    problems: list[tuple[KeyPath, str]] = []
-    for index, name in enumerate(names):
-        for other, value in space.parameters[name].when.items():
-            if other not in names[:index]:
-                problems.append((("parameters", name, "when", other),
-                                 f"a condition must name a parameter defined above {name!r}"))
-    for name, derived in space.derived.items():
-        if name in space.parameters:
-            problems.append((("derived", name), "already a sampled parameter"))
-        for other in derived.when:
-            if other not in names:
-                problems.append((("derived", name, "when", other), "a condition must name a sampled parameter"))
-    problems += _check_expressions(space)
-    seed_names = [seed.name for seed in space.seeds]
-    for index, seed in enumerate(space.seeds):
-        for key, value in seed.params.items():
-            if key not in space.parameters:
-                problems.append((("seeds", index, "params", key), "not a parameter of this space"
-                                 + did_you_mean(key, space.parameters)))
-            elif (problem := seed_value_problem(space.parameters[key], value)) is not None:
-                problems.append((("seeds", index, "params", key), problem))
-    if space.reference is not None and space.reference not in seed_names:
-        problems.append((("reference",), f"no seed named {space.reference!r}"))
-    problems += _check_objectives(space)
-    problems += _check_gpu_count(space)
-    level = space.objective.level
-    if not space.finds_capacity and (problem := _level_problem(space.workload, level)):
-        problems.append((("objective", "level"), problem))
-    problems += _check_prompt_sources(space.workload)
-    problems += _check_open_loop(space.workload)
-    if space.perf_target and (problem := _level_problem(space.workload, space.perf_target.level)):
-        problems.append((("target", "level"), problem))
-    return problems
-
-
-def seed_value_problem(param: "CategoricalParam | IntParam | FloatParam | BoolParam", value: Any) -> str | None:
-    """Why a seed's value is not one its parameter can take (None: it is): a seed runs first and
-    is the correctness reference, so a typo must stop the space from loading, not the sweep.
-    Optuna refuses a categorical value outside the choices (it would crash the trial)."""
-    if isinstance(param, CategoricalParam):
-        if any(type(value) is type(c) and value == c or _same_number(value, c) for c in param.choices):
-            return None
-        shown = ", ".join(json.dumps(c) for c in param.choices)
-        return f"{value!r} is not one of the choices ({shown})" + did_you_mean(value, param.choices)
-    if isinstance(param, BoolParam):
-        return None if isinstance(value, bool) else f"expected true or false (got {value!r})"
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-            isinstance(param, IntParam) and not float(value).is_integer()):
-        return f"expected {'an integer' if isinstance(param, IntParam) else 'a number'} (got {value!r})"
-    return None  # a number outside the searched range is allowed: seeds probe failures there (vllm-h200.yaml)
-
-
-def _same_number(value: Any, choice: Any) -> bool:
-    """An int seed for a float choice (8 for 8.0) and back; never a bool for a number."""
-    numbers = (int, float)
-    return (isinstance(value, numbers) and isinstance(choice, numbers) and not isinstance(value, bool)
-            and not isinstance(choice, bool) and value == choice)
-
-
-def _check_open_loop(workload: Workload) -> list[tuple[KeyPath, str]]:
-    """The open-loop keys go together, and with what an open loop can do."""
-    if not workload.open_loop:
-        given = [key for key in ("arrival", "max_concurrency") if key in workload.model_fields_set
-                 and getattr(workload, key) is not None]
-        return [(("workload", key), "shapes open-loop levels: set workload.request_rates too") for key in given]
-    problems: list[tuple[KeyPath, str]] = []
-    if workload.precision is not None:
-        problems.append((("workload", "precision"), "drives closed-loop levels; an open-loop level sends "
-                         "max(requests_per_level, 5 s of arrivals): drop precision or request_rates"))
-    if workload.load == "native":
-        problems.append((("workload", "request_rates"), "open-loop levels need sweeper's own load client "
-                         "(load: sweeper)"))
-    return problems
-
-
-def _level_problem(workload: Workload, level: float | None) -> str | None:
-    """Why an objective's `level:` is not a level of the workload's ladder (None: it is)."""
-    if level is None:
-        return None
-    if workload.open_loop:
-        if level not in workload.request_rates:
-            return f"{level:g} is not one of workload.request_rates (the ladder is open loop: levels are rates)"
-        return None
-    if isinstance(level, float) and not level.is_integer() or level not in workload.concurrency:
-        return f"{level:g} is not one of workload.concurrency"
-    return None
-
-
-def _check_prompt_sources(workload: Workload) -> list[tuple[KeyPath, str]]:
-    problems: list[tuple[KeyPath, str]] = []
-    custom = [key for key in ("dataset", "shared_prefix") if getattr(workload, key) is not None]
-    custom += [key for key in ("input_len", "output_len") if isinstance(getattr(workload, key), LengthSpec)]
-    if workload.load == "native" and custom:
-        problems.append((("workload", custom[0]), "load: native runs the engine's own random prompts; "
-                         "datasets, shared prefixes and length distributions need load: sweeper"))
-    if workload.dataset_format is not None and workload.dataset is None:
-        problems.append((("workload", "dataset_format"), "needs workload.dataset"))
-    return problems
-
-
-def _expressions(space: Space) -> list[tuple[KeyPath, str, set[str]]]:
-    """(key path, source, the names it may use) of every expression in the space."""
-    sampled = set(space.parameters)
-    return ([(("derived", name, "expr"), d.expr, sampled) for name, d in space.derived.items()]
-            + [(("constraints", i), source, space.names) for i, source in enumerate(space.constraints)]
-            + [(("rules", i, "forbid"), rule.forbid, space.names) for i, rule in enumerate(space.rules)]
-            + ([(("gpus",), space.gpus, space.names)] if space.gpus is not None else []))
-
-
-def _check_expressions(space: Space) -> list[tuple[KeyPath, str]]:
-    """Each expression parses, names only known parameters, and evaluates on every combination of
-    the values they can take (a categorical mixing 'auto' and numbers under `<` is refused here)."""
-    problems: list[tuple[KeyPath, str]] = []
-    domains = _value_domains(space)
-    for path, source, known in _expressions(space):
-        try:
-            expr = parse_expr(source, known)
-        except ExprError as exc:
-            problems.append((path, str(exc)))
-            continue
-        if reason := first_type_error(expr, domains):
-            problems.append((path, reason))
-    return problems
-
-
-def _value_domains(space: Space) -> dict[str, list[Any]]:
-    """Values each parameter can take, for probing expressions: a categorical's choices, a range's
-    ends and middle, a bool's two values, and each derived value over its parameters' domains."""
-    domains: dict[str, list[Any]] = {}
-    for name, param in space.parameters.items():
-        if isinstance(param, CategoricalParam):
-            domains[name] = list(param.choices)
-        elif isinstance(param, BoolParam):
-            domains[name] = [False, True]
-        else:
-            middle = (param.low + param.high) // 2 if isinstance(param, IntParam) else (param.low + param.high) / 2
-            domains[name] = [param.low, middle, param.high]
-    for name, derived in space.derived.items():
-        try:
-            expr = parse_expr(derived.expr, set(space.parameters))
-        except ExprError:
-            continue  # reported by _check_expressions
-        names = sorted(expr.names)
-        values = []
-        for combo in itertools.islice(itertools.product(*(domains[n] for n in names)), MAX_PROBES):
-            try:
-                values.append(expr.evaluate(dict(zip(names, combo))))
-            except (ExprError, Missing):
-                continue
-        domains[name] = list({json.dumps(v, default=str): v for v in values}.values())
-    return domains
-
-
-def _check_capacity(space: Space) -> list[tuple[KeyPath, str]]:
-    """max_load_within_slo needs an SLO to search against, is maximised, and measures with
-    sweeper's own client."""
-    if not space.finds_capacity:
-        return []
-    problems: list[tuple[KeyPath, str]] = []
-    if space.slo.p99_ttft_ms is None and space.slo.p99_tpot_ms is None:
-        problems.append((("objective", "metric"), "max_load_within_slo needs slo: {p99_ttft_ms: MS} and/or "
-                                                  "{p99_tpot_ms: MS} to search against"))
-    if space.objective.direction != "maximize":
-        problems.append((("objective", "direction"), "max_load_within_slo is maximised"))
-    if space.objective.level is not None:
-        problems.append((("objective", "level"), "max_load_within_slo searches the load: it reads no fixed level"))
-    if space.workload.load != "sweeper":
-        problems.append((("workload", "load"), "max_load_within_slo measures with sweeper's client (load: sweeper)"))
-    rates = space.workload.request_rates
-    if rates is not None and len(rates) != 1:
-        problems.append((("workload", "request_rates"), "max_load_within_slo over the rate searches from one start "
-                         f"rate: give request_rates: [START] (got {len(rates)} rates)"))
-    elif rates is not None and space.workload.capacity_max_rate < rates[0]:
-        problems.append((("workload", "capacity_max_rate"), f"{space.workload.capacity_max_rate:g} is below the "
-                         f"start rate {rates[0]:g} (workload.request_rates)"))
-    return problems
-
-
-def _check_objectives(space: Space) -> list[tuple[KeyPath, str]]:
-    if space.objectives is None:
-        return _check_capacity(space)
-    if "objective" in space.model_fields_set:
-        return [(("objectives",), "give either 'objective' (one metric) or 'objectives' (two: the "
-                                  "Pareto mode), not both")]
-    problems: list[tuple[KeyPath, str]] = []
-    wanted = [("a throughput to maximise", THROUGHPUT_METRICS + FAIRNESS_METRICS), ("a latency to minimise", LATENCY_METRICS)]
-    for index, (term, (what, metrics)) in enumerate(zip(space.objectives, wanted)):
-        if term.metric not in metrics:
-            problems.append((("objectives", index, "metric"), f"objective {index + 1} must be {what}: one of "
-                             f"{', '.join(metrics)} (got {term.metric!r})"))
-        if problem := _level_problem(space.workload, term.level):
-            problems.append((("objectives", index, "level"), problem))
-    return problems
-
-
-def _check_gpu_count(space: Space) -> list[tuple[KeyPath, str]]:
-    """A per-GPU objective (or target) needs each config's GPU count: the space's `gpus:`, else the
-    engine's parallel sizes in its argv; an engine that declares none (llama.cpp, transformers)
-    would score every trial 0."""
-    if space.gpus is not None:
-        return []
-    if PARALLEL_FLAGS.get(space.engine):
-        return []
-    terms = ([(("objective", "metric"), space.objective)] if space.objectives is None else
-             [(("objectives", i, "metric"), term) for i, term in enumerate(space.objectives)])
-    terms.append((("target", "metric"), space.perf_target))
-    return [(key, f"{PER_GPU_METRIC} needs the GPUs each config runs on, and {space.engine} does not say (no "
-                  "parallel-size flags): add gpus: to the space (an expression of the parameters, e.g. "
-                  'gpus: "1" or gpus: "tp * dp")')
-            for key, term in terms if term is not None and term.metric == PER_GPU_METRIC]
 
 
 def gpu_count_of(space: Space, config: dict[str, Any]) -> int | None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sweeper.spec.space import Space, load_space, space_fingerprint
+from sweeper.spec.space import Space, space_fingerprint
+from sweeper.spec.space_file import load_space
 from sweeper.errors import UserError
 from sweeper.study.stored import parse_stored_space
 

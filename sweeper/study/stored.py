@@ -12,7 +12,8 @@ import optuna
 
 from sweeper.levels import Level, Rate, goal_name, is_rate, stored_workload_levels
 from sweeper.outcomes import CAPACITY_METRIC
-from sweeper.spec.space import Space, parse_space, resolve_workload_paths
+from sweeper.spec.space import Space
+from sweeper.spec.space_file import parse_space, resolve_workload_paths
 from sweeper.errors import ConfigError
 
 

@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 
 import sweeper
-from sweeper.spec.space import load_space
+from sweeper.spec.space_file import load_space
 from sweeper.results.figures import FIG_PIXELS
 from sweeper.results.gap import build_study_gap
 from sweeper.results.ranking import best_ranked_trial

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from sweeper.spec.hosts import HostSpec
-from sweeper.spec.space import parse_space
+from sweeper.spec.space_file import parse_space
 from sweeper.trial.gate import OutputSample
 from sweeper.engines import get_engine
 from sweeper.hosts.local import LocalHost

@@ -16,7 +16,7 @@ from sweeper.hosts.base import ServerProcess
 from sweeper.hosts.procfs import live_group_members
 from sweeper.profile.run import ProfileContext, ProfileRequest, profile_config
 from sweeper.spec.hosts import HostSpec
-from sweeper.spec.space import parse_space
+from sweeper.spec.space_file import parse_space
 from sweeper.trial.context import TrialContext, TrialOutcome
 from sweeper.trial.launch import launched_server
 

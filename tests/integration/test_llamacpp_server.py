@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from sweeper.spec.hosts import HostSpec
-from sweeper.spec.space import Launch, OutputCheck, parse_space
+from sweeper.spec.space import Launch, OutputCheck
+from sweeper.spec.space_file import parse_space
 from sweeper.trial.gate import OutputSample
 from sweeper.engines.llamacpp import LLAMACPP_INFO, LlamaCppEngine
 from sweeper.hosts.procfs import live_group_members

@@ -19,7 +19,7 @@ from sweeper.study.store import create_study
 from sweeper.study.runs import run_sweep
 from sweeper.study.trials import feasible_trials
 from sweeper.spec.hosts import HostSpec
-from sweeper.spec.space import parse_space
+from sweeper.spec.space_file import parse_space
 from tests.support.paths import ROOT
 from tests.support.ports import free_port_on
 from tests.support.spaces import ONE_SEED_SPACE

@@ -7,7 +7,7 @@ from __future__ import annotations
 import optuna
 
 from sweeper.study.record import constraint_values, objective_value, outcome_attrs
-from sweeper.spec.space import parse_space
+from sweeper.spec.space_file import parse_space
 
 TP_SPACE = parse_space("""\
 name: t

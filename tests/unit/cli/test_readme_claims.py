@@ -24,7 +24,8 @@ from sweeper.cli import app
 from sweeper.errors import ConfigError
 from sweeper.spec.hosts import HostsFile
 from sweeper.spec.loading import validate_model
-from sweeper.spec.space import Space, Workload, parse_space
+from sweeper.spec.space import Space, Workload
+from sweeper.spec.space_file import parse_space
 from sweeper.spec.yamlfile import parse_yaml_with_lines
 from tests.support.readme import block_commands, code_blocks, docs, inline_commands, readme
 

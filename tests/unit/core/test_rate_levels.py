@@ -10,7 +10,8 @@ from sweeper.levels import (Rate, as_level_of, goal_name, level_key, level_label
                             stored_workload_levels)
 from sweeper.loadgen.client import StreamOptions
 from sweeper.loadgen.ladder import LoadPlan
-from sweeper.spec.space import parse_space, space_fingerprint
+from sweeper.spec.space import space_fingerprint
+from sweeper.spec.space_file import parse_space
 
 HEAD = """\
 name: r

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from sweeper.spec.hosts import HostSpec
-from sweeper.spec.space import parse_space
+from sweeper.spec.space_file import parse_space
 from sweeper.engines import get_engine
 from sweeper.engines.flags import flag_problems, parse_help_flags
 from sweeper.engines.versions import FLAG_CHANGES, deprecation_warnings, parse_version

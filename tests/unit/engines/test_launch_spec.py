@@ -1,7 +1,7 @@
 """Engine adapters are pure: a config becomes an argv list and an environment."""
 
 from sweeper.spec.hosts import HostSpec
-from sweeper.spec.space import parse_space
+from sweeper.spec.space_file import parse_space
 from sweeper.engines import get_engine
 from sweeper.engines.adapter import classify_log
 from sweeper.engines.sglang import SGLANG_SIGNATURES

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sweeper.spec.hosts import HostSpec
-from sweeper.spec.space import parse_space
+from sweeper.spec.space_file import parse_space
 from sweeper.engines import get_engine
 from sweeper.engines.adapter import classify_log
 from sweeper.engines.flags import flag_problems, parse_help_flags

@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from sweeper.spec.hosts import HostSpec
-from sweeper.spec.space import Workload, parse_space
+from sweeper.spec.space import Workload
+from sweeper.spec.space_file import parse_space
 from sweeper.engines import get_engine
 from sweeper.engines.adapter import classify_log
 from sweeper.engines.flags import flag_problems, parse_help_flags
@@ -111,7 +112,7 @@ def test_every_lever_is_a_flag_of_the_real_help():
 
 
 def test_shipped_h200_space_fits_the_real_help():
-    from sweeper.spec.space import load_space
+    from sweeper.spec.space_file import load_space
 
     space = load_space(SHIPPED_SPACE)
     assert space.engine == "transformers" and space.workload.concurrency == [1, 2, 4, 8, 16]

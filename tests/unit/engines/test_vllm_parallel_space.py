@@ -9,7 +9,7 @@ from sweeper.fleet.workers import gpu_count_of, slot_host_spec, slot_plan
 from sweeper.search.configs import enumerate_configs
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.rules import excluded_by_rule, violated_constraints
-from sweeper.spec.space import load_space
+from sweeper.spec.space_file import load_space
 from tests.support.paths import ROOT
 
 SPACE = load_space(ROOT / "search_spaces" / "vllm-h200-multi.yaml")

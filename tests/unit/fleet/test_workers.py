@@ -8,7 +8,7 @@ from optuna.trial import TrialState, create_trial
 from optuna.distributions import CategoricalDistribution
 
 from sweeper.spec.hosts import HostSpec
-from sweeper.spec.space import parse_space
+from sweeper.spec.space_file import parse_space
 from sweeper.errors import ConfigError
 from sweeper.fleet.workers import budget_state, decide_claim, gpu_count_of, slot_host_spec, slot_plan
 

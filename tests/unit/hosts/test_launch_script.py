@@ -37,7 +37,7 @@ parameters:
 def test_command_sh_and_argv_json_mask_secret_flag_values_and_the_launch_keeps_them(tmp_path):
     from sweeper.engines import get_engine
     from sweeper.spec.hosts import HostSpec
-    from sweeper.spec.space import parse_space
+    from sweeper.spec.space_file import parse_space
     from sweeper.trial.launch import write_launch_files
 
     space = parse_space(SECRET_FLAG_SPACE, "inline")
@@ -56,7 +56,7 @@ def test_command_sh_and_argv_json_mask_secret_flag_values_and_the_launch_keeps_t
 def test_best_script_masks_secret_flag_values():
     from sweeper.results.script import format_launch_script
     from sweeper.spec.hosts import HostSpec
-    from sweeper.spec.space import parse_space
+    from sweeper.spec.space_file import parse_space
 
     script = format_launch_script(parse_space(SECRET_FLAG_SPACE, "inline"), "box", HostSpec(transport="local"),
                                   {"tp_size": 4}, "py", 30000, "best")

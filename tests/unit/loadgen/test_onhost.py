@@ -77,7 +77,7 @@ def test_the_bundle_is_the_clients_modules_and_needs_only_the_standard_library()
 
 
 def test_load_from_in_hosts_yaml_defaults_to_auto_and_names_a_bad_value(tmp_path):
-    from sweeper.spec.space import ConfigError
+    from sweeper.errors import ConfigError
     from sweeper.spec.hosts import load_hosts
 
     path = tmp_path / "hosts.yaml"

@@ -14,7 +14,8 @@ from sweeper.loadgen.endpoints import build_request_body, parse_token_count, req
 from sweeper.loadgen.ladder import LoadPlan, build_prompts, length_distribution
 from sweeper.loadgen.probe import PrefixCacheApi, cache_fields, parse_metric_totals
 from sweeper.sim.prefix_cache import PAGE_TOKENS, PrefixCache
-from sweeper.spec.space import LengthSpec, load_space, parse_space
+from sweeper.spec.space import LengthSpec
+from sweeper.spec.space_file import load_space, parse_space
 from tests.support.paths import ROOT
 
 VLLM = ROOT / "tests" / "fixtures" / "vllm"

@@ -17,7 +17,7 @@ from sweeper.results.report import build_report
 from sweeper.results.report_data import build_report_data
 from sweeper.results.table import format_leaderboard_table
 from sweeper.study.record import constraint_values, objective_value, outcome_attrs
-from sweeper.spec.space import parse_space
+from sweeper.spec.space_file import parse_space
 from sweeper.trial.load_ladder import per_gpu_fields
 from sweeper.trial.context import TrialOutcome
 

@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from sweeper.workflows.ablation import summarize_pareto_finalists
-from sweeper.spec.space import load_space, parse_space, space_fingerprint
+from sweeper.spec.space import space_fingerprint
+from sweeper.spec.space_file import load_space, parse_space
 from sweeper.errors import ConfigError, UserError
 from sweeper.search.pareto import dominated_verdict, dominates, front_keys
 from sweeper.study.record import constraint_values, judge_level, objective_values, outcome_attrs

@@ -14,7 +14,7 @@ from sweeper.results.ranking import ranked_frame
 from sweeper.study.record import constraint_values, objective_value, outcome_attrs
 from sweeper.study.trials import best_trial
 from sweeper.spec.hosts import HostSpec
-from sweeper.spec.space import parse_space
+from sweeper.spec.space_file import parse_space
 from sweeper.trial.load_ladder import per_gpu_fields
 from sweeper.engines.adapter import config_gpus
 from sweeper.trial.context import TrialOutcome

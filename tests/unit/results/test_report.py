@@ -14,7 +14,8 @@ import optuna
 import pandas as pd
 import pytest
 
-from sweeper.spec.space import Target, parse_space
+from sweeper.spec.space import Target
+from sweeper.spec.space_file import parse_space
 from sweeper.errors import ConfigError, UserError
 from sweeper.results.export import EXPORT_FORMATS, build_export_frame, export_dtypes, write_export
 from sweeper.results.figures import FIG_PIXELS

@@ -9,7 +9,7 @@ import optuna
 from sweeper.search.configs import config_key, suggest_config
 from sweeper.search.local_search import PROPOSED_BY, LocalSearchSampler, is_feasible, single_lever
 from sweeper.spec.rules import excluded_by_rule, violated_constraints
-from sweeper.spec.space import load_space
+from sweeper.spec.space_file import load_space
 from tests.support.paths import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))

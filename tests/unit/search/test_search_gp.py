@@ -17,7 +17,7 @@ from sweeper.search.local_search import PROPOSED_BY, is_feasible
 from sweeper.search.model import neighbours, random_config
 from sweeper.search.samplers import build_sampler, resolve_sampler_name
 from sweeper.spec.rules import excluded_by_rule, violated_constraints
-from sweeper.spec.space import load_space
+from sweeper.spec.space_file import load_space
 from tests.support.paths import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))

@@ -11,7 +11,7 @@ from tests.support.paths import ROOT
 sys.path.insert(0, str(ROOT / "bench"))
 
 from model_search import simulate_search  # noqa: E402
-from sweeper.spec.space import load_space
+from sweeper.spec.space_file import load_space
 from sweeper.search.samplers import build_sampler
 
 

@@ -16,7 +16,7 @@ from sweeper.search.local_search import PROPOSED_BY
 from sweeper.search.model import bad_odds, fit, propose, runs_chance
 from sweeper.search.samplers import build_sampler
 from sweeper.spec.rules import excluded_by_rule, violated_constraints
-from sweeper.spec.space import load_space
+from sweeper.spec.space_file import load_space
 from tests.support.paths import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))

@@ -6,7 +6,7 @@ import pytest
 
 from sweeper.errors import UserError
 from sweeper.sim.best import best_config, enumerated_sim_configs, modelled_front
-from sweeper.spec.space import parse_space
+from sweeper.spec.space_file import parse_space
 from tests.support.spaces import TINY_SPACE
 
 

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from sweeper.spec.hosts import load_host
-from sweeper.spec.space import load_space, space_fingerprint
+from sweeper.spec.space import space_fingerprint
+from sweeper.spec.space_file import load_space
 from sweeper.errors import ConfigError
 from tests.support.paths import DEMO_SPACE, ROOT
 

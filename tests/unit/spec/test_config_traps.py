@@ -7,7 +7,7 @@ import pytest
 from sweeper.errors import ConfigError
 from sweeper.spec.expr import ExprError, parse_expr
 from sweeper.spec.hosts import load_host, load_hosts
-from sweeper.spec.space import parse_space
+from sweeper.spec.space_file import parse_space
 
 SPACE = """\
 name: t

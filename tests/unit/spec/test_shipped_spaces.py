@@ -17,7 +17,7 @@ import pytest
 
 from sweeper.workflows.ablation import sampled_config, single_lever_changes
 from sweeper.spec.hosts import HostSpec, load_hosts
-from sweeper.spec.space import load_space
+from sweeper.spec.space_file import load_space
 from sweeper.engines import get_engine
 from sweeper.engines.flags import flag_problems, parse_help_flags
 from sweeper.engines.versions import deprecation_warnings

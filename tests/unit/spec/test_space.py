@@ -3,7 +3,7 @@
 import optuna
 import pytest
 
-from sweeper.spec.space import parse_space
+from sweeper.spec.space_file import parse_space
 from sweeper.spec.expr import ExprError, parse_expr
 from sweeper.search.configs import config_key, count_configs, enumerate_configs, is_active, suggest_config
 from sweeper.spec.rules import violated_constraints

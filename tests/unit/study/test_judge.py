@@ -1,6 +1,6 @@
 """Early abandon and SLOs: pure judgements on a measured level."""
 
-from sweeper.spec.space import parse_space
+from sweeper.spec.space_file import parse_space
 from sweeper.study.record import constraint_values, judge_level, slo_excess
 from sweeper.trial.context import Failure, TrialOutcome
 

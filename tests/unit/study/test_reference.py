@@ -6,7 +6,7 @@ from dataclasses import asdict
 import optuna
 import pytest
 
-from sweeper.spec.space import parse_space
+from sweeper.spec.space_file import parse_space
 from sweeper.trial.gate import OutputSample, write_reference_file
 from sweeper.errors import ConfigError
 from sweeper.study.reference import REFERENCE_FILE, reference_samples, settle_reference, use_reference_file

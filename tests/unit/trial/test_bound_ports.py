@@ -12,7 +12,7 @@ from sweeper.engines import get_engine
 from sweeper.errors import InfraError
 from sweeper.hosts.local import LocalHost
 from sweeper.spec.hosts import HostSpec
-from sweeper.spec.space import parse_space
+from sweeper.spec.space_file import parse_space
 from sweeper.trial.launch import free_base_port
 from tests.support.ports import free_port_on
 

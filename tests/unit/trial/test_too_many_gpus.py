@@ -17,7 +17,7 @@ from sweeper.workflows.doctor_checks import check_space_gpus, most_gpus, seed_co
 from sweeper.study.store import stored_host_spec
 from sweeper.study.warm import build_warm_start
 from sweeper.spec.hosts import HostSpec, load_hosts
-from sweeper.spec.space import parse_space
+from sweeper.spec.space_file import parse_space
 from sweeper.trial.launch import preflight
 
 VLLM = get_engine("vllm")

@@ -5,7 +5,7 @@ import pytest
 
 from sweeper.errors import UserError
 from sweeper.spaces import packaged_spaces
-from sweeper.spec.space import load_space
+from sweeper.spec.space_file import load_space
 from sweeper.workflows.campaign_phases import sweep_budget
 
 DEMO = load_space(packaged_spaces()["demo"])  # the simulator (it has a profiler), budget 36

@@ -7,7 +7,7 @@ from sweeper.workflows.ablation import Measured
 from sweeper.search.configs import config_problem
 from sweeper.workflows.validation import plan_validation
 from sweeper.study.warm import parse_warm_source
-from sweeper.spec.space import parse_space
+from sweeper.spec.space_file import parse_space
 from tests.support.spaces import TINY_SPACE
 
 CANDIDATES = [("trial 1", 20.0), ("trial 2", 19.0), ("trial 3", 10.0)]
