@@ -10,6 +10,12 @@ class UserError(Exception):
     exit_code = 2
 
 
+class NothingFeasible(UserError):
+    """A run ended without a config that could be ranked: a result, not a usage error."""
+
+    exit_code = 1
+
+
 class ConfigError(UserError):
     """A config file is wrong; the message names the file, the line and the key path. One error
     can carry the file's other problems (`others`): each is one more line of the message."""

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.table import Table
 
 from sweeper.cli.common import SPACE_ARG, RESULTS_OPT, STORAGE_OPT, console, user_errors
-from sweeper.errors import UserError
+from sweeper.errors import NothingFeasible, UserError
 from sweeper.study.store import load_study
 from sweeper.study.trials import best_trial
 from sweeper.spec.space import Space
 from sweeper.spec.space_file import load_space
+
+if TYPE_CHECKING:  # sim.best is imported where it runs, for CLI start-up (cli/__init__.py)
+    from sweeper.sim.best import SimOptimum
 
 
 def sim_best(
@@ -61,6 +64,19 @@ def format_distance_to_optimum(space: Space, study, optimum: float) -> str:
     modelled = modelled_objective(space, best.params)
     return (f"study {study.study_name}: best trial {best.number} measured {best.values[0]:.2f}, modelled "
             f"{modelled:.2f} = {100 * modelled / optimum:.1f}% of the optimum")
+
+
+def format_demo_answer(space: Space, study, optimum: SimOptimum) -> list[str]:
+    """`sweeper demo`'s last lines: its winner, the simulator's optimum and how close it came; a
+    NothingFeasible (exit 1) when no trial ranked, e.g. every level invalid on an overloaded machine."""
+    winner = best_trial(study)
+    if winner is None:
+        raise NothingFeasible("the demo's sweep ranked no config (the line above names the failures); "
+                              "run `sweeper demo` again on a quieter machine or with more --trials")
+    return [f"winner: trial {winner.number}: " + " ".join(f"{k}={v}" for k, v in winner.params.items()),
+            f"the simulator's optimum (modelled, {optimum.feasible} feasible of {optimum.total} configs): "
+            f"{optimum.value:.2f} with " + " ".join(f"{k}={v}" for k, v in optimum.config.items()),
+            format_distance_to_optimum(space, study, optimum.value)]
 
 
 def _print_modelled_front(space: Space) -> None:

@@ -24,8 +24,7 @@ from sweeper.spaces import packaged_spaces
 from sweeper.spec.space import Space
 from sweeper.spec.space_file import load_space
 from sweeper.study.storage import open_storage
-from sweeper.cli.sim import format_distance_to_optimum
-from sweeper.study.trials import best_trial
+from sweeper.cli.sim import format_demo_answer
 
 
 def sweep(
@@ -217,11 +216,5 @@ def demo(
         handle, connected = open_new_study(space_file, space, DEFAULT_HOSTS_FILE, "local", name, results, None,
                                            trials or space.budget.trials, None)
         sweep_and_print(handle, connected, top, seed)
-        winner = best_trial(handle.study)
-        optimum = best_config(space)
-        console.print(f"winner: trial {winner.number}: " + " ".join(f"{k}={v}" for k, v in winner.params.items()),
-                      highlight=False, markup=False)
-        console.print(f"the simulator's optimum (modelled, {optimum.feasible} feasible of {optimum.total} configs): "
-                      f"{optimum.value:.2f} with " + " ".join(f"{k}={v}" for k, v in optimum.config.items()),
-                      highlight=False, markup=False)
-        console.print(format_distance_to_optimum(space, handle.study, optimum.value), highlight=False, markup=False)
+        for line in format_demo_answer(space, handle.study, best_config(space)):
+            console.print(line, highlight=False, markup=False)
