@@ -213,7 +213,10 @@ def test_json_means_stdout_and_a_file_is_a_path_option(tmp_path):
     assert invoke_in(tmp_path, "leaderboard", "j", "--json", "-").exit_code != 0 and not (tmp_path / "-").exists()
 
 
-def test_shell_completion_can_be_installed():
+def test_shell_completion_can_be_installed(monkeypatch):
+    # Typer guesses the shell from the parent processes (shellingham), which under a pytest-xdist
+    # worker finds none; Typer's own test switch makes --show-completion take the shell named instead
+    monkeypatch.setenv("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION", "1")
     result = CliRunner().invoke(app, ["--show-completion", "bash"])
     assert result.exit_code == 0 and "complete" in result.output, result.output
     assert "--install-completion" in CliRunner().invoke(app, ["--help"]).output
