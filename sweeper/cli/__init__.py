@@ -9,7 +9,8 @@
 - campaign.py  campaign (and its continuation by resume)
 - results.py   leaderboard, show, best, report
 - validate.py  ablate, validate
-- load.py      load (a running server)
+- load.py      load (a running server): its options, and the run that reads and measures
+- load_settings.py load's options checked into settings, reading nothing
 - profile.py   profile, kernels
 - sim.py       sim best
 
