@@ -12,10 +12,11 @@ import math
 import time
 from typing import AsyncIterator, Callable
 
-from sweeper.loadgen.client import LevelRun, RequestSample, _StreamTally
+from sweeper.loadgen.client import LevelRun, RequestSample
 from sweeper.loadgen.endpoints import build_request_body, endpoint_url
 from sweeper.loadgen.lag import LoopLagMonitor
 from sweeper.loadgen.sse import SseDataDecoder
+from sweeper.loadgen.stream import StreamTally
 
 HEADERS = {"Content-Type": "application/json"}
 Post = Callable[[str, bytes], "AsyncIterator[tuple[int, bytes]]"]  # yields (status, body bytes)
@@ -23,7 +24,7 @@ Post = Callable[[str, bytes], "AsyncIterator[tuple[int, bytes]]"]  # yields (sta
 
 async def _one(post: Post, url: str, model: str, prompt: list[int], output_len: int) -> RequestSample:
     body = json.dumps(build_request_body("completions", model, prompt, output_len, stream=True)).encode()
-    tally = _StreamTally()
+    tally = StreamTally()
     decoder = SseDataDecoder()
     error = ""
     start = time.perf_counter()

@@ -76,7 +76,7 @@ def llama_server(model_path: str | None = None) -> Iterator[tuple[str, float]]:
 
 
 def wait_ready(url: str, timeout_s: float = 60.0) -> None:
-    from sweeper.loadgen.client import get_status
+    from sweeper.loadgen.oneshot import get_status
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

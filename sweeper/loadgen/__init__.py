@@ -3,7 +3,8 @@
 - workload.py   seeded prompts (token ids or text of a length), shared prefixes, arrival schedules
 - probe.py      the server's side of a level: prefix-cache flush and hit rate, prompt token counts
 - endpoints.py  request bodies and URLs per API (completions, chat, SGLang's /generate), dialects
-- client.py     the async send loops (closed loop, open loop), one-shot completions, GETs
+- client.py     the async send loops (closed loop, open loop) and the streamed request they send
+- oneshot.py    one-shot requests, none streamed: a greedy completion, a GET, a POST, a status
 - stream.py     a streamed reply parsed as it arrives: events counted into a per-request tally
 - sse.py        server-sent-events framing of raw reads into `data:` payloads
 - http1.py      the lean HTTP/1.1 client with kept connections

@@ -1,7 +1,7 @@
 """Async streaming client for OpenAI-style /v1/completions and /v1/chat/completions.
 
 Closed loop (exactly C requests in flight until the prompts run out), open loop (requests sent on
-a fixed or Poisson schedule), and one-shot calls. Timing follows SGLang bench_serving: a request
+a fixed or Poisson schedule); one-shot calls are oneshot.py's. Timing follows SGLang bench_serving: a request
 starts when it is sent, its TTFT ends at the first chunk carrying non-empty text, and every later
 non-empty chunk is one inter-token step. Every level run also measures the client's own event-loop
 lag (lag.py), so a level the client could not keep up with is marked invalid, not believed.
@@ -27,25 +27,15 @@ import json
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Coroutine, Iterable, Sized, TypeVar
+from typing import Any, Awaitable, Callable, Coroutine, Iterable, Sized, TypeVar
 
 from sweeper.loadgen.endpoints import Api, Prompt, RequestDialect, build_request_body, endpoint_url, request_parts
-from sweeper.loadgen.http1 import BufferSink, HttpError, Pool, RequestTimeout, StaleConnection, Stalled
+from sweeper.loadgen.http1 import HttpError, Pool, RequestTimeout, StaleConnection, Stalled
 from sweeper.loadgen.lag import LagStats, LoopLagMonitor
 from sweeper.loadgen.stream import ERROR_BODY_CHARS, StreamSink, StreamTally
 
-_StreamTally = StreamTally  # the name bench/other_clients.py imports
 T = TypeVar("T")
 JSON_HEADERS = {"Content-Type": "application/json"}
-
-
-class LoadgenError(Exception):
-    """A completion call that gave no usable answer; status is None when no HTTP reply came."""
-
-    def __init__(self, message: str, status: int | None = None, body: str = "") -> None:
-        super().__init__(message)
-        self.status = status
-        self.body = body
 
 
 @dataclass
@@ -71,13 +61,6 @@ class RequestSample:
     @property
     def latency(self) -> float:
         return self.end - self.start
-
-
-@dataclass
-class CompletionResult:
-    text: str
-    completion_tokens: int  # from the server's usage; -1 when the server reported none
-    raw: dict
 
 
 @dataclass(frozen=True)
@@ -120,6 +103,8 @@ class LevelRun:
         return self.end - self.start
 
 
+# a closed loop's stop condition: (completed samples, wall start, requests sent, settled) -> stop now
+Until = Callable[[list[RequestSample], float, int, float], bool]
 STALLED = "stalled:"  # how the error of a request that got no byte for stall_timeout_s begins
 
 
@@ -144,7 +129,7 @@ async def run_closed_loop(
     extra_body: dict | None = None,
     session: Pool | None = None,
     options: StreamOptions | None = None,
-    until: Callable[[list[RequestSample], float, int, float], bool] | None = None,
+    until: Until | None = None,
 ) -> LevelRun:
     """Send every prompt with exactly `concurrency` requests in flight until the prompts run out
     or `until(completed samples, wall start, requests sent, settled)`, asked after each
@@ -161,35 +146,6 @@ async def run_closed_loop(
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     opts = _options(options, timeout_s, extra_body)
     url = endpoint_url(base_url, opts.api)
-    samples: list[tuple[int, RequestSample]] = []
-    done: list[RequestSample] = []  # in completion order, for `until`
-    turnarounds: list[float] = []
-    queue = iter(enumerate(prompts))  # shared by the workers: each takes the next prompt when free
-    stalled = False  # a stalled request means a hung server: send no more (the level is lost anyway)
-    stopped_at: float | None = None
-    sent = 0
-    in_flight: dict[int, float] = {}  # worker -> when it took its prompt
-
-    async def worker(client: Pool, number: int) -> None:
-        nonlocal stalled, stopped_at, sent
-        last_end = None
-        for index, prompt in queue:
-            if stalled or stopped_at is not None:
-                return
-            sent += 1
-            in_flight[number] = time.perf_counter()
-            sample = await _send_streaming(client, url, model, prompt, output_len, opts)
-            del in_flight[number]
-            samples.append((index, sample))
-            done.append(sample)
-            if last_end is not None:
-                turnarounds.append(max(sample.start - last_end, 0.0))
-            last_end = sample.end
-            stalled = stalled or is_stalled(sample)
-            if until is not None and stopped_at is None and \
-                    until(done, wall_start, sent, min(in_flight.values(), default=time.perf_counter())):
-                stopped_at = time.perf_counter()
-
     client = session or Pool()
     workers = min(concurrency, len(prompts)) if isinstance(prompts, Sized) else concurrency
     try:
@@ -198,15 +154,65 @@ async def run_closed_loop(
                 await client.open(url, workers, opts.timeout_s)
             except HttpError:
                 pass  # each request meets the same failure on its own, as a failed sample
-        async with LoopLagMonitor() as lag:
-            wall_start = time.perf_counter()
-            await asyncio.gather(*(worker(client, number) for number in range(workers)))
-            wall_end = time.perf_counter()
+        send = lambda prompt: _send_streaming(client, url, model, prompt, output_len, opts)  # noqa: E731
+        return await _ClosedLoop(prompts, until, send).run(workers)
     finally:
         if session is None:
             client.close()
-    return LevelRun([s for _, s in sorted(samples, key=lambda pair: pair[0])], wall_start, wall_end, lag.stats(),
-                    turnarounds_s=turnarounds, stopped_at=stopped_at)
+
+
+class _ClosedLoop:
+    """One closed-loop run's shared state: the prompt queue its workers refill from, what they
+    collected, and whether to send more (no, after a stall or once `until` said stop)."""
+
+    def __init__(self, prompts: Iterable[Prompt], until: Until | None,
+                 send: Callable[[Prompt], Awaitable[RequestSample]]) -> None:
+        self.queue = iter(enumerate(prompts))  # shared by the workers: each takes the next prompt when free
+        self.until, self.send = until, send
+        self.samples: list[tuple[int, RequestSample]] = []
+        self.done: list[RequestSample] = []  # in completion order, for `until`
+        self.turnarounds: list[float] = []
+        self.stalled = False  # a stalled request means a hung server: send no more (the level is lost anyway)
+        self.stopped_at: float | None = None
+        self.sent = 0
+        self.in_flight: dict[int, float] = {}  # worker -> when it took its prompt
+        self.wall_start = 0.0
+
+    async def run(self, workers: int) -> LevelRun:
+        """Start `workers` workers under the lag monitor; the run once the last has finished."""
+        async with LoopLagMonitor() as lag:
+            self.wall_start = time.perf_counter()
+            await asyncio.gather(*(self.worker(number) for number in range(workers)))
+            wall_end = time.perf_counter()
+        ordered = [s for _, s in sorted(self.samples, key=lambda pair: pair[0])]
+        return LevelRun(ordered, self.wall_start, wall_end, lag.stats(), turnarounds_s=self.turnarounds,
+                        stopped_at=self.stopped_at)
+
+    async def worker(self, number: int) -> None:
+        """Refill: send the next prompt whenever the last finished, until none is left or the loop stops."""
+        last_end = None
+        for index, prompt in self.queue:
+            if self.stalled or self.stopped_at is not None:
+                return
+            self.sent += 1
+            self.in_flight[number] = time.perf_counter()
+            sample = await self.send(prompt)
+            del self.in_flight[number]
+            self.collect(index, sample, last_end)
+            last_end = sample.end
+
+    def collect(self, index: int, sample: RequestSample, last_end: float | None) -> None:
+        """Keep a finished request (its worker's turnaround since `last_end`, its previous end); then
+        stop after a stall, or when `until` says so."""
+        self.samples.append((index, sample))
+        self.done.append(sample)
+        if last_end is not None:
+            self.turnarounds.append(max(sample.start - last_end, 0.0))
+        self.stalled = self.stalled or is_stalled(sample)
+        if self.until is not None and self.stopped_at is None and \
+                self.until(self.done, self.wall_start, self.sent,
+                           min(self.in_flight.values(), default=time.perf_counter())):
+            self.stopped_at = time.perf_counter()
 
 
 async def run_open_loop(
@@ -283,7 +289,7 @@ def run_level(
     timeout_s: float = 300.0,
     extra_body: dict | None = None,
     options: StreamOptions | None = None,
-    until: Callable[[list[RequestSample], float, int, float], bool] | None = None,
+    until: Until | None = None,
 ) -> LevelRun:
     """Blocking run_closed_loop for callers without an event loop (it makes its own session)."""
     return run_measured(
@@ -374,117 +380,6 @@ async def _attempt(pool: Pool, url: str, body: bytes, opts: StreamOptions, fresh
 def _prompt_ids(prompt: str | list[int] | list[dict]) -> int:
     """Input tokens when the server reports none: exact for token ids, 0 (unknown) for text."""
     return len(prompt) if isinstance(prompt, list) and not (prompt and isinstance(prompt[0], dict)) else 0
-
-
-async def complete_once(
-    base_url: str,
-    model: str,
-    prompt: str | list[int],
-    max_tokens: int,
-    timeout_s: float = 60.0,
-    *,
-    extra_body: dict | None = None,
-    session: Pool | None = None,
-    api: Api = "completions",
-) -> CompletionResult:
-    """One greedy, non-streamed completion; raises LoadgenError unless it returns usable JSON."""
-    url = endpoint_url(base_url, api)
-    payload = json.dumps(build_request_body(api, model, prompt, max_tokens, stream=False,
-                                            extra_body=extra_body)).encode()
-    pool = session or Pool()
-    reply = BufferSink()
-    try:
-        try:
-            await pool.request("POST", url, payload, reply, headers=JSON_HEADERS, timeout_s=timeout_s)
-        except StaleConnection:  # a kept connection of the caller's pool: once more, fresh
-            reply = BufferSink()
-            await pool.request("POST", url, payload, reply, headers=JSON_HEADERS, timeout_s=timeout_s,
-                               fresh=True)
-    except RequestTimeout as exc:
-        raise LoadgenError(f"no reply from {url} within {timeout_s:g} s") from exc
-    except (HttpError, ValueError) as exc:
-        raise LoadgenError(f"request to {url} failed: {type(exc).__name__}: {exc}") from exc
-    finally:
-        if session is None:
-            pool.close()
-    body, status = reply.text(), reply.status
-    if status != 200:
-        raise LoadgenError(f"HTTP {status} from {url}: {body[:ERROR_BODY_CHARS]}", status, body)
-    return _parse_completion(body, status, url)
-
-
-def _parse_completion(body: str, status: int, url: str) -> CompletionResult:
-    try:
-        raw = json.loads(body)
-        if "meta_info" in raw:  # SGLang /generate
-            meta = raw["meta_info"] if isinstance(raw["meta_info"], dict) else {}
-            tokens = meta.get("completion_tokens")
-            return CompletionResult(str(raw["text"]), tokens if isinstance(tokens, int) else -1, raw)
-        choice = raw["choices"][0]
-        text = choice["message"]["content"] if "message" in choice else choice["text"]
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise LoadgenError(
-            f"unusable completion from {url}: {type(exc).__name__}: {body[:ERROR_BODY_CHARS]}",
-            status,
-            body,
-        ) from exc
-    usage = raw.get("usage") or {}
-    tokens = usage.get("completion_tokens")
-    return CompletionResult(
-        text=text if isinstance(text, str) else str(text),
-        completion_tokens=tokens if isinstance(tokens, int) else -1,
-        raw=raw,
-    )
-
-
-def complete(
-    base_url: str,
-    model: str,
-    prompt: str | list[int],
-    max_tokens: int,
-    timeout_s: float = 60.0,
-    *,
-    extra_body: dict | None = None,
-    api: Api = "completions",
-) -> CompletionResult:
-    """Blocking complete_once."""
-    return asyncio.run(
-        complete_once(base_url, model, prompt, max_tokens, timeout_s, extra_body=extra_body, api=api)
-    )
-
-
-def get(url: str, timeout_s: float = 5.0) -> tuple[int, str]:
-    """Status and text of a GET; raises HttpError (ValueError for a URL that is not http(s))."""
-    async def fetch() -> tuple[int, str]:
-        reply = BufferSink(limit=16 * 1024 * 1024)
-        async with Pool() as pool:
-            await pool.request("GET", url, b"", reply, timeout_s=timeout_s)
-        return reply.status, reply.text()
-
-    return asyncio.run(fetch())
-
-
-def post(url: str, payload: dict | None = None, timeout_s: float = 10.0) -> tuple[int, str]:
-    """Status and text of a POST with a JSON body (none when payload is None); raises HttpError
-    (ValueError for a URL that is not http(s))."""
-    body = b"" if payload is None else json.dumps(payload).encode()
-
-    async def send() -> tuple[int, str]:
-        reply = BufferSink(limit=16 * 1024 * 1024)
-        async with Pool() as pool:
-            await pool.request("POST", url, body, reply, headers=JSON_HEADERS, timeout_s=timeout_s)
-        return reply.status, reply.text()
-
-    return asyncio.run(send())
-
-
-def get_status(url: str, timeout_s: float = 5.0) -> int | None:
-    """HTTP status of a GET, or None when nothing answers (readiness polls a port that may not
-    listen yet: http1's sockets refuse a connection to themselves, which `requests` does not)."""
-    try:
-        return get(url, timeout_s)[0]
-    except (HttpError, ValueError):
-        return None
 
 
 def new_session(keep_alive: bool = True) -> Pool:

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from sweeper.loadgen.endpoints import Prompt, TokenizeApi, build_tokenize_body, parse_token_count, request_parts
-from sweeper.loadgen.client import get, post
 from sweeper.loadgen.http1 import HttpError
+from sweeper.loadgen.oneshot import get, post
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sweeper.loadgen.capacity import CapacitySlo, capacity_record, find_capacity
-from sweeper.loadgen.client import LevelRun, get
+from sweeper.loadgen.client import LevelRun
 from sweeper.loadgen.ladder import LadderHooks, LoadPlan, Send, run_ladder
+from sweeper.loadgen.oneshot import get
 from sweeper.loadgen.onhost import controller_runner
 from sweeper.outcomes import LevelMetrics
 

@@ -29,7 +29,7 @@ from sweeper.hosts.agent import write_whole
 from sweeper.hosts.base import Host, LaunchIntent, ServerProcess, StopReport
 from sweeper.hosts.gpu_gate import check_gpus_before_launch, wait_gpus_released
 from sweeper.hosts.gpu import GpuSnapshot, gpus_needed
-from sweeper.loadgen.client import LoadgenError, complete, get_status
+from sweeper.loadgen.oneshot import LoadgenError, complete, get_status
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.outcomes import FailureKind, Stage
 from sweeper.redact import redact_argv, redact_env, redacted_command_line

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from sweeper.loadgen.client import run_closed_loop, complete_once, StreamOptions
+from sweeper.loadgen.client import run_closed_loop, StreamOptions
+from sweeper.loadgen.oneshot import complete_once
 from sweeper.loadgen.http1 import BufferSink, Pool, ProtocolError
 from sweeper.loadgen.workload import build_prompt_token_ids
 
@@ -237,7 +238,7 @@ def test_a_socket_that_connected_to_itself_is_refused_and_leaves_its_port_free()
 
 
 def test_get_status_is_none_when_nothing_listens_and_the_status_when_something_does(raw):
-    from sweeper.loadgen.client import get_status
+    from sweeper.loadgen.oneshot import get_status
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

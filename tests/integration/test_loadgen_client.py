@@ -8,10 +8,7 @@ import time
 import pytest
 
 from sweeper.loadgen.client import (
-    LoadgenError,
     StreamOptions,
-    complete,
-    complete_once,
     new_session,
     is_stalled,
     run_closed_loop,
@@ -19,6 +16,7 @@ from sweeper.loadgen.client import (
     run_open_loop,
 )
 from sweeper.loadgen.metrics import MAX_CLIENT_LAG_P99_MS, summarize_level
+from sweeper.loadgen.oneshot import LoadgenError, complete, complete_once
 from sweeper.loadgen.workload import build_prompt_texts, build_prompt_token_ids
 from tests.support.fake_servers import MODEL
 from tests.support.ports import free_port

@@ -17,7 +17,8 @@ from aiohttp import web
 
 from sweeper.spec.space import OutputCheck, Workload
 from sweeper.engines import get_engine
-from sweeper.loadgen.client import LoadgenError, complete, run_level
+from sweeper.loadgen.client import run_level
+from sweeper.loadgen.oneshot import LoadgenError, complete
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.loadgen.metrics import summarize_level
 from sweeper.trial.load_ladder import build_level_prompts, build_stream_options
