@@ -142,51 +142,70 @@ def invalid_reasons(
     if not samples:
         return ["no requests were sent"]
     completed = [s for s in samples if s.ok]
-    reasons = []
-    failed = len(samples) - len(completed)
-    if failed:
-        reasons.append(
-            f"{failed} of {len(samples)} requests failed: {distinct_errors(samples, 1)[0]}"
-        )
-    unreported = [s for s in completed if not s.usage_reported]
-    if unreported:
-        reasons.append(
-            f"{len(unreported)} requests: the server reported no usage, so the "
-            f"{unreported[0].streamed_tokens} tokens counted in the stream cannot be checked"
-        )
-    mismatched = [s for s in completed if s.usage_reported and s.output_tokens != s.streamed_tokens]
-    if mismatched:
-        s = mismatched[0]
-        reasons.append(
-            f"{len(mismatched)} requests: server usage count disagrees with streamed tokens "
-            f"(e.g. usage {s.output_tokens}, streamed {s.streamed_tokens})"
-        )
-    short = [
-        s for s in completed if s.output_tokens < _expected_output_len(s, requested_output_len)
+    stall_judged = first_round_check and concurrency is not None
+    reasons = [
+        _failures(samples, completed),
+        _unreported_usage(completed),
+        _usage_mismatch(completed),
+        _short_outputs(completed, requested_output_len),
+        _concurrency_shortfall(concurrency, achieved, turnaround_concurrency),
+        first_round_stall(completed, concurrency, time_scale) if stall_judged else None,
+        _client_lag(lag, max_client_lag_ms),
     ]
-    if short:
-        s = short[0]
-        reasons.append(
-            f"{len(short)} requests received fewer tokens than requested "
-            f"(e.g. {s.output_tokens} of {_expected_output_len(s, requested_output_len)})"
-        )
-    if concurrency is not None and not achieved >= MIN_CONCURRENCY_FRACTION * concurrency:
-        bar = MIN_CONCURRENCY_FRACTION * concurrency
-        client = math.isfinite(achieved) and achieved + turnaround_concurrency >= bar
-        reasons.append(  # `not >=` also catches NaN
-            (f"{CLIENT_TURNAROUND}: " if client else "")
+    return [reason for reason in reasons if reason]
+
+
+def _failures(samples: Sequence[RequestSample], completed: Sequence[RequestSample]) -> str | None:
+    failed = len(samples) - len(completed)
+    if not failed:
+        return None
+    return f"{failed} of {len(samples)} requests failed: {distinct_errors(samples, 1)[0]}"
+
+
+def _unreported_usage(completed: Sequence[RequestSample]) -> str | None:
+    unreported = [s for s in completed if not s.usage_reported]
+    if not unreported:
+        return None
+    return (f"{len(unreported)} requests: the server reported no usage, so the "
+            f"{unreported[0].streamed_tokens} tokens counted in the stream cannot be checked")
+
+
+def _usage_mismatch(completed: Sequence[RequestSample]) -> str | None:
+    mismatched = [s for s in completed if s.usage_reported and s.output_tokens != s.streamed_tokens]
+    if not mismatched:
+        return None
+    s = mismatched[0]
+    return (f"{len(mismatched)} requests: server usage count disagrees with streamed tokens "
+            f"(e.g. usage {s.output_tokens}, streamed {s.streamed_tokens})")
+
+
+def _short_outputs(completed: Sequence[RequestSample], requested_output_len: int | None) -> str | None:
+    short = [s for s in completed if s.output_tokens < _expected_output_len(s, requested_output_len)]
+    if not short:
+        return None
+    s = short[0]
+    return (f"{len(short)} requests received fewer tokens than requested "
+            f"(e.g. {s.output_tokens} of {_expected_output_len(s, requested_output_len)})")
+
+
+def _concurrency_shortfall(concurrency: int | None, achieved: float, turnaround_concurrency: float) -> str | None:
+    """Fewer in flight than MIN_CONCURRENCY_FRACTION of the target (None: open loop, no target); named the
+    client's turnaround when its own gaps account for the shortfall."""
+    bar = None if concurrency is None else MIN_CONCURRENCY_FRACTION * concurrency
+    if bar is None or achieved >= bar:  # a NaN achieved fails `>=`: a shortfall too
+        return None
+    client = math.isfinite(achieved) and achieved + turnaround_concurrency >= bar
+    return ((f"{CLIENT_TURNAROUND}: " if client else "")
             + f"achieved concurrency {achieved:.2f} below {MIN_CONCURRENCY_FRACTION:.0%} of target {concurrency}"
             + (f" (the client's own gaps between a request's end and its next send held "
-               f"{turnaround_concurrency:.2f} requests out of flight)" if client else "")
-        )
-    if first_round_check and concurrency is not None and (stall := first_round_stall(completed, concurrency, time_scale)):
-        reasons.append(stall)
-    if lag is not None and lag.p99_ms > max_client_lag_ms:
-        reasons.append(
-            f"{CLIENT_LAGGED}: event-loop p99 lag {lag.p99_ms:.1f} ms above "
-            f"{max_client_lag_ms:g} ms (max {lag.max_ms:.1f} ms)"
-        )
-    return reasons
+               f"{turnaround_concurrency:.2f} requests out of flight)" if client else ""))
+
+
+def _client_lag(lag: LagStats | None, max_client_lag_ms: float) -> str | None:
+    if lag is None or not lag.p99_ms > max_client_lag_ms:
+        return None
+    return (f"{CLIENT_LAGGED}: event-loop p99 lag {lag.p99_ms:.1f} ms above "
+            f"{max_client_lag_ms:g} ms (max {lag.max_ms:.1f} ms)")
 
 
 def spoiled_by_client(metrics: dict) -> bool:
@@ -279,28 +298,15 @@ def summarize_level(
         raise ValueError(f"time_scale must be > 0, got {time_scale}")
     completed = [s for s in samples if s.ok]
     dur = duration_s / time_scale
-    latencies = [s.latency / time_scale for s in completed]
-    total_input = sum(s.prompt_tokens for s in completed)
-    total_output = sum(s.output_tokens for s in completed)
-    achieved = achieved_concurrency(latencies, dur)
+    achieved = achieved_concurrency([s.latency / time_scale for s in completed], dur)
     judged = concurrency_while_sending(samples) if varied_lengths else achieved
     turnaround = achieved_concurrency([t / time_scale for t in turnarounds_s or []], dur)
     reasons = invalid_reasons(samples, concurrency, judged, requested_output_len, lag, max_client_lag_ms,
                               turnaround if math.isfinite(turnaround) else 0.0, first_round_check, time_scale)
-    stream = stream_granularity(completed)
-    goodput = request_goodput(completed, dur, time_scale, slo_ttft_ms, slo_tpot_ms)
     return {
         "duration": dur,
-        "completed": len(completed),
-        "failed": len(samples) - len(completed),
-        "total_input_tokens": total_input,
-        "total_output_tokens": total_output,
-        "total_streamed_tokens": sum(s.streamed_tokens for s in completed),
-        "request_throughput": _per_second(len(completed), dur),
-        "input_throughput": _per_second(total_input, dur),
-        "output_throughput": _per_second(total_output, dur),
-        "total_throughput": _per_second(total_input + total_output, dur),
-        "request_goodput": goodput,
+        **_volume_fields(samples, completed, dur),
+        "request_goodput": request_goodput(completed, dur, time_scale, slo_ttft_ms, slo_tpot_ms),
         "slo_ttft_ms": slo_ttft_ms,
         "slo_tpot_ms": slo_tpot_ms,
         **latency_fields(completed, time_scale),
@@ -308,13 +314,38 @@ def summarize_level(
         "client_turnaround_concurrency": turnaround if turnarounds_s is not None else None,
         "max_concurrent_requests": concurrency,
         "time_scale": time_scale,
-        "client_lag_median_ms": None if lag is None else lag.median_ms,
-        "client_lag_p99_ms": None if lag is None else lag.p99_ms,
-        "client_lag_max_ms": None if lag is None else lag.max_ms,
-        **stream,
+        **_client_lag_fields(lag),
+        **stream_granularity(completed),
         "errors": distinct_errors(samples),
         "valid": not reasons,
         "invalid_reasons": reasons,
+    }
+
+
+def _volume_fields(samples: Sequence[RequestSample], completed: Sequence[RequestSample],
+                  duration: float) -> dict[str, float]:
+    """The requests completed and failed, the tokens in and out, and their rates per (modelled) second."""
+    total_input = sum(s.prompt_tokens for s in completed)
+    total_output = sum(s.output_tokens for s in completed)
+    return {
+        "completed": len(completed),
+        "failed": len(samples) - len(completed),
+        "total_input_tokens": total_input,
+        "total_output_tokens": total_output,
+        "total_streamed_tokens": sum(s.streamed_tokens for s in completed),
+        "request_throughput": _per_second(len(completed), duration),
+        "input_throughput": _per_second(total_input, duration),
+        "output_throughput": _per_second(total_output, duration),
+        "total_throughput": _per_second(total_input + total_output, duration),
+    }
+
+
+def _client_lag_fields(lag: LagStats | None) -> dict[str, float | None]:
+    """The client's event-loop lag during the run (wall ms); None without a measurement."""
+    return {
+        "client_lag_median_ms": None if lag is None else lag.median_ms,
+        "client_lag_p99_ms": None if lag is None else lag.p99_ms,
+        "client_lag_max_ms": None if lag is None else lag.max_ms,
     }
 
 
