@@ -44,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import requests
@@ -172,7 +173,17 @@ def requests_per_run(args, concurrency: int) -> int:
     return max(args.rounds * concurrency, args.min_requests)
 
 
-def main() -> int:
+@dataclass(frozen=True)
+class Served:
+    """The one llama-server every run measures: its URL, its process, its log, the scratch folder."""
+
+    url: str
+    process: subprocess.Popen
+    log: Path
+    work: Path
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--levels", default="1,4,16")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved pairs per level")
@@ -188,7 +199,11 @@ def main() -> int:
     parser.add_argument("--tolerance", type=float, default=3.0, help="percent")
     parser.add_argument("--pin", action="store_true",
                         help="server on CPU 1, both clients on CPU 0: a client's own CPU use cannot slow the server")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
     if args.pin:
         os.sched_setaffinity(0, {0})  # this script, our client and guidellm (its child) share CPU 0
     levels = [int(x) for x in args.levels.split(",")]
@@ -199,44 +214,57 @@ def main() -> int:
     if args.model is None:
         write_random_gguf(model, 8, 512, seed=0)
     port = free_port()
-    url = f"http://127.0.0.1:{port}"
     log = work / "server.log"
-    server = start_server(args.llama_server, model, port, args.threads, log, {1} if args.pin else None)
-    results: dict[int, dict[str, list[dict]]] = {c: {"ours": [], "guidellm": []} for c in levels}
+    process = start_server(args.llama_server, model, port, args.threads, log, {1} if args.pin else None)
+    served = Served(f"http://127.0.0.1:{port}", process, log, work)
     try:
-        wait_healthy(url, server)
-        run_ours(url, text_prompts(url, 16, args.input_len, 999_999), args.output_len, 16)  # warm the server
-        for repeat in range(args.repeats):
-            for index, c in enumerate(levels):
-                n = requests_per_run(args, c)
-                order = ("ours", "guidellm") if (repeat + index) % 2 == 0 else ("guidellm", "ours")
-                for side in order:
-                    seed = 1000 * repeat + 10 * c + (side == "guidellm")
-                    prompts = text_prompts(url, n, args.input_len, seed)
-                    log_from, cpu_from = log.stat().st_size, cpu_seconds(server.pid)
-                    if side == "ours":
-                        result = run_ours(url, prompts, args.output_len, c)
-                    else:
-                        result = run_guidellm(args.guidellm, args.tokenizer, url, prompts, args.output_len, c,
-                                              Path(tempfile.mkdtemp(dir=work)))
-                    # the server's CPU per generated token: the same on both sides means a server rate
-                    # that differs between them is the CPU the server got (contention), not its work
-                    result["cpu_ms_per_token"] = 1000 * (cpu_seconds(server.pid) - cpu_from) / (n * args.output_len)
-                    time.sleep(LOG_SETTLE_S)
-                    with open(log, "rb") as text:
-                        text.seek(log_from)
-                        result["server_tok_s"] = server_rate(text.read().decode(errors="replace"), n)
-                    result["ratio"] = result["tok_s"] / result["server_tok_s"]
-                    results[c][side].append(result)
-                    print(f"repeat {repeat + 1} C={c} {side}: {result['tok_s']:.1f} tok/s, server "
-                          f"{result['server_tok_s']:.1f} (ratio {result['ratio']:.4f}, server CPU "
-                          f"{result['cpu_ms_per_token']:.2f} ms a token) "
-                          f"(prompt {result['prompt_tokens']:.1f} tokens, exact output counts: {result['exact']})",
-                          flush=True)
+        wait_healthy(served.url, served.process)
+        warmup = text_prompts(served.url, 16, args.input_len, 999_999)
+        run_ours(served.url, warmup, args.output_len, 16)  # warm the server
+        results = run_pairs(args, served, levels)
     finally:
-        os.killpg(server.pid, 15)
-        server.wait(timeout=30)
+        os.killpg(served.process.pid, 15)
+        served.process.wait(timeout=30)
     return report(results, levels, args)
+
+
+def run_pairs(args: argparse.Namespace, served: Served, levels: list[int]) -> dict[int, dict[str, list[dict]]]:
+    """Per repeat and level, one run of each client, in alternating order; each run printed as it ends."""
+    results: dict[int, dict[str, list[dict]]] = {c: {"ours": [], "guidellm": []} for c in levels}
+    for repeat in range(args.repeats):
+        for index, c in enumerate(levels):
+            order = ("ours", "guidellm") if (repeat + index) % 2 == 0 else ("guidellm", "ours")
+            for side in order:
+                result = measure_run(args, served, side, c, seed=1000 * repeat + 10 * c + (side == "guidellm"))
+                results[c][side].append(result)
+                print(f"repeat {repeat + 1} C={c} {side}: {result['tok_s']:.1f} tok/s, server "
+                      f"{result['server_tok_s']:.1f} (ratio {result['ratio']:.4f}, server CPU "
+                      f"{result['cpu_ms_per_token']:.2f} ms a token) "
+                      f"(prompt {result['prompt_tokens']:.1f} tokens, exact output counts: {result['exact']})",
+                      flush=True)
+    return results
+
+
+def measure_run(args: argparse.Namespace, served: Served, side: str, c: int, seed: int) -> dict:
+    """One client's run at C on fresh prompts, with the server's CPU per token and its own rate of
+    the same run (from the log lines the run added), and the client's ratio to that rate."""
+    n = requests_per_run(args, c)
+    prompts = text_prompts(served.url, n, args.input_len, seed)
+    log_from, cpu_from = served.log.stat().st_size, cpu_seconds(served.process.pid)
+    if side == "ours":
+        result = run_ours(served.url, prompts, args.output_len, c)
+    else:
+        result = run_guidellm(args.guidellm, args.tokenizer, served.url, prompts, args.output_len, c,
+                              Path(tempfile.mkdtemp(dir=served.work)))
+    # the server's CPU per generated token: the same on both sides means a server rate
+    # that differs between them is the CPU the server got (contention), not its work
+    result["cpu_ms_per_token"] = 1000 * (cpu_seconds(served.process.pid) - cpu_from) / (n * args.output_len)
+    time.sleep(LOG_SETTLE_S)
+    with open(served.log, "rb") as text:
+        text.seek(log_from)
+        result["server_tok_s"] = server_rate(text.read().decode(errors="replace"), n)
+    result["ratio"] = result["tok_s"] / result["server_tok_s"]
+    return result
 
 
 def report(results: dict[int, dict[str, list[dict]]], levels: list[int], args) -> int:

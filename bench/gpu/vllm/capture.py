@@ -14,6 +14,7 @@ The server is stopped by its process group (it runs in its own session), never b
 from __future__ import annotations
 
 import argparse
+import concurrent.futures as cf
 import glob
 import http.client
 import json
@@ -156,88 +157,117 @@ def side_by_side(model: str, out: Path, levels: list[int], deadline: float, swee
             (out / "runs.json").write_text(json.dumps(runs, indent=1))
 
 
-def main() -> None:
+SWEEPER_PY = [sys.executable, "-c", "import sys; from sweeper.cli import main; sys.argv[0] = 'sweeper'; sys.exit(main())"]
+TRACE_DIR = Path("/tmp/vllm-traces")
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("model")
     parser.add_argument("out", type=Path)
     parser.add_argument("--side-by-side", default="1,4,16")
     parser.add_argument("--deadline", type=float, default=time.time() + 400)
     parser.add_argument("--captures", type=int, default=1)
-    args = parser.parse_args()
-    out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
+    return parser.parse_args()
 
-    sweeper_py = [sys.executable, "-c", "import sys; from sweeper.cli import main; sys.argv[0] = 'sweeper'; sys.exit(main())"]
-    trace_dir = Path("/tmp/vllm-traces"); shutil.rmtree(trace_dir, ignore_errors=True)
-    profiler = {"profiler": "torch", "torch_profiler_dir": str(trace_dir), "torch_profiler_with_stack": False}
-    argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", args.model, "--host", "127.0.0.1",
+
+def start_server(model: str, out: Path, logf) -> subprocess.Popen:
+    """vllm serve in its own session, its torch profiler writing to TRACE_DIR (emptied first)."""
+    shutil.rmtree(TRACE_DIR, ignore_errors=True)
+    profiler = {"profiler": "torch", "torch_profiler_dir": str(TRACE_DIR), "torch_profiler_with_stack": False}
+    argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model, "--host", "127.0.0.1",
             "--port", str(PORT), "--max-model-len", "4096", "--profiler-config", json.dumps(profiler)]
     (out / "server.argv.json").write_text(json.dumps(argv))
-    logf = open(out / "server.log", "wb")
     log(f"start: {' '.join(argv)}")
-    proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True,
+    return subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True,
                             env={**os.environ, "VLLM_USE_FLASHINFER_SAMPLER": "0"})
-    try:
-        ready = wait_health(proc, 300)
-        log(f"ready after {ready:.1f}s")
-        (out / "ready.json").write_text(json.dumps({"ready_s": round(ready, 1)}))
-        smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True).stdout
-        (out / "nvidia_smi_serving.txt").write_text(smi)
-        q = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,name,driver_version,memory.used,memory.total",
-                            "--format=csv,noheader,nounits"], capture_output=True, text=True).stdout
-        (out / "nvidia_smi_serving.gpu.csv").write_text(q)
-        q = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                           capture_output=True, text=True).stdout
-        (out / "nvidia_smi_serving.apps.csv").write_text(q)
-        if args.captures:
-            (out / "v1_models.json").write_text(get_text("/v1/models")[1])
-            (out / "tokenize.json").write_text(json.dumps([post_json("/tokenize", {"model": args.model, "prompt": "the of and"}),
-                                                           post_json("/detokenize", {"model": args.model, "tokens": [100, 16000, 16383]})]))
-            opts = {"include_usage": True, "continuous_usage_stats": True}
-            for i in range(6):
-                prompt = [100 + (i * 7919 + k * 104729) % 16000 for k in range(64)]
-                raw_stream("/v1/completions", {"model": args.model, "prompt": prompt, "max_tokens": 64, "temperature": 0,
-                                               "stream": True, "stream_options": opts, "ignore_eos": True},
-                           out / f"sse_completions_{i}.jsonl")
-                raw_stream("/v1/chat/completions", {"model": args.model, "messages": [{"role": "user", "content": f"{i} the of and to in is was for on are"}],
-                                                    "max_tokens": 64, "temperature": 0, "stream": True, "stream_options": opts,
-                                                    "ignore_eos": True}, out / f"sse_chat_{i}.jsonl")
-            raw_stream("/v1/completions", {"model": args.model, "prompt": [100, 40000, 31647], "max_tokens": 8, "stream": True,
-                                           "stream_options": opts, "ignore_eos": True}, out / "sse_out_of_vocab.jsonl")
-            (out / "out_of_vocab_unstreamed.json").write_text(json.dumps(post_json(
-                "/v1/completions", {"model": args.model, "prompt": [100, 40000], "max_tokens": 8})))
-            log("streams captured")
-            # profiler: 0.24 mounts /start_profile only with --profiler-config
-            status = post_json("/start_profile", {})
-            log(f"/start_profile: {status}")
-            import concurrent.futures as cf
-            with cf.ThreadPoolExecutor(8) as pool:
-                list(pool.map(lambda i: post_json("/v1/completions", {"model": args.model, "prompt": [200 + i] * 64,
-                                                                      "max_tokens": 16, "ignore_eos": True}), range(8)))
-            log(f"/stop_profile: {post_json('/stop_profile', {}, timeout=120)}")
-            for _ in range(60):
-                found = sorted(glob.glob(str(trace_dir / "**" / "*.json.gz"), recursive=True))
-                if found:
-                    time.sleep(2)
-                    break
-                time.sleep(1)
-            found = sorted(glob.glob(str(trace_dir / "**" / "*"), recursive=True))
-            (out / "traces.txt").write_text("\n".join(f"{os.path.getsize(f)} {f}" for f in found if os.path.isfile(f)))
-            for f in found:
-                if os.path.isfile(f) and os.path.getsize(f) < 14_000_000 and "json" in f:
-                    shutil.copy(f, out / ("trace_" + os.path.basename(f)))
-            log(f"traces: {found}")
-        levels = [int(c) for c in args.side_by_side.split(",") if c]
-        if levels:
-            side_by_side(args.model, out, levels, args.deadline, sweeper_py)
-        (out / "metrics_final.txt").write_text(get_text("/metrics")[1])
-    finally:
-        stop_group(proc, out)
-        logf.close()
+
+
+def capture_gpu_state(out: Path) -> None:
+    """nvidia-smi while serving: its page, the GPUs, the processes on them."""
+    smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True).stdout
+    (out / "nvidia_smi_serving.txt").write_text(smi)
+    q = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,name,driver_version,memory.used,memory.total",
+                        "--format=csv,noheader,nounits"], capture_output=True, text=True).stdout
+    (out / "nvidia_smi_serving.gpu.csv").write_text(q)
+    q = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                       capture_output=True, text=True).stdout
+    (out / "nvidia_smi_serving.apps.csv").write_text(q)
+
+
+def capture_streams(model: str, out: Path) -> None:
+    """/v1/models, /tokenize and /detokenize, raw SSE of completions and chat with continuous usage,
+    and an out-of-vocabulary prompt streamed and not."""
+    (out / "v1_models.json").write_text(get_text("/v1/models")[1])
+    (out / "tokenize.json").write_text(json.dumps([post_json("/tokenize", {"model": model, "prompt": "the of and"}),
+                                                   post_json("/detokenize", {"model": model, "tokens": [100, 16000, 16383]})]))
+    opts = {"include_usage": True, "continuous_usage_stats": True}
+    for i in range(6):
+        prompt = [100 + (i * 7919 + k * 104729) % 16000 for k in range(64)]
+        raw_stream("/v1/completions", {"model": model, "prompt": prompt, "max_tokens": 64, "temperature": 0,
+                                       "stream": True, "stream_options": opts, "ignore_eos": True},
+                   out / f"sse_completions_{i}.jsonl")
+        raw_stream("/v1/chat/completions", {"model": model, "messages": [{"role": "user", "content": f"{i} the of and to in is was for on are"}],
+                                            "max_tokens": 64, "temperature": 0, "stream": True, "stream_options": opts,
+                                            "ignore_eos": True}, out / f"sse_chat_{i}.jsonl")
+    raw_stream("/v1/completions", {"model": model, "prompt": [100, 40000, 31647], "max_tokens": 8, "stream": True,
+                                   "stream_options": opts, "ignore_eos": True}, out / "sse_out_of_vocab.jsonl")
+    (out / "out_of_vocab_unstreamed.json").write_text(json.dumps(post_json(
+        "/v1/completions", {"model": model, "prompt": [100, 40000], "max_tokens": 8})))
+    log("streams captured")
+
+
+def capture_profile(model: str, out: Path) -> None:
+    """A torch profiler trace of 8 concurrent completions: its files listed, the small JSON ones copied."""
+    # profiler: 0.24 mounts /start_profile only with --profiler-config
+    status = post_json("/start_profile", {})
+    log(f"/start_profile: {status}")
+    with cf.ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: post_json("/v1/completions", {"model": model, "prompt": [200 + i] * 64,
+                                                              "max_tokens": 16, "ignore_eos": True}), range(8)))
+    log(f"/stop_profile: {post_json('/stop_profile', {}, timeout=120)}")
+    for _ in range(60):
+        found = sorted(glob.glob(str(TRACE_DIR / "**" / "*.json.gz"), recursive=True))
+        if found:
+            time.sleep(2)
+            break
+        time.sleep(1)
+    found = sorted(glob.glob(str(TRACE_DIR / "**" / "*"), recursive=True))
+    (out / "traces.txt").write_text("\n".join(f"{os.path.getsize(f)} {f}" for f in found if os.path.isfile(f)))
+    for f in found:
+        if os.path.isfile(f) and os.path.getsize(f) < 14_000_000 and "json" in f:
+            shutil.copy(f, out / ("trace_" + os.path.basename(f)))
+    log(f"traces: {found}")
+
+
+def save_jit_lines(out: Path) -> None:
     jit = [line for line in (out / "server.log").read_text(errors="replace").splitlines() if "JIT" in line]
     (out / "jit_lines.txt").write_text("\n".join(jit) + "\n")
     log(f"JIT lines: {len(jit)}")
 
+
+def main() -> None:
+    args = parse_args()
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    logf = open(out / "server.log", "wb")
+    proc = start_server(args.model, out, logf)
+    try:
+        ready = wait_health(proc, 300)
+        log(f"ready after {ready:.1f}s")
+        (out / "ready.json").write_text(json.dumps({"ready_s": round(ready, 1)}))
+        capture_gpu_state(out)
+        if args.captures:
+            capture_streams(args.model, out)
+            capture_profile(args.model, out)
+        levels = [int(c) for c in args.side_by_side.split(",") if c]
+        if levels:
+            side_by_side(args.model, out, levels, args.deadline, SWEEPER_PY)
+        (out / "metrics_final.txt").write_text(get_text("/metrics")[1])
+    finally:
+        stop_group(proc, out)
+        logf.close()
+    save_jit_lines(out)
 
 if __name__ == "__main__":
     main()

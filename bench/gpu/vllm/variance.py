@@ -317,7 +317,7 @@ class _Sample:
         self.start, self.end = start, end
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("model")
     parser.add_argument("out", type=Path)
@@ -330,61 +330,89 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=0, help="every level at this C instead (a dry run)")
     parser.add_argument("--schedule", default="", help="per launch: f|c (fresh compile cache or the shared one) "
                         "and p|u (server roles pinned to cores of their own, or not), e.g. fu,cp,cu,fp,cp")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def start_smi(out: Path) -> subprocess.Popen:
+    """nvidia-smi every 0.2 s (clocks, power, temperature, utilisation, throttling) into
+    nvidia_smi.csv; `true` where there is none (a dry run)."""
+    smi = "nvidia-smi" if shutil.which("nvidia-smi") else "true"
+    query = ("--query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,"
+             "clocks_throttle_reasons.active")
+    return subprocess.Popen([smi, query, "--format=csv,noheader,nounits", "-lms", "200"],
+                            stdout=(out / "nvidia_smi.csv").open("a"), stderr=subprocess.DEVNULL)
+
+
+def run_launch(args: argparse.Namespace, launch: int, vocab: int) -> None:
+    """One fresh server (a fresh compile cache for mode f, its roles pinned for mode p), the plan
+    measured beside the /metrics sampler, then the server stopped and the launch recorded."""
+    folder = args.out / f"{args.tag}_launch{launch}"
+    folder.mkdir(exist_ok=True)
+    mode = args.schedule.split(",")[launch - args.first_launch] if args.schedule else "cu"
+    env = {"VLLM_CACHE_ROOT": f"/tmp/vllm-cache-fresh-{launch}"} if mode[0] == "f" else {}
+    os.sched_setaffinity(0, {c for core in physical_cores() for c in core})  # the server inherits it
+    proc, ready_s = start_server(args.model, folder, args.server_args.split(), env)
+    pids = role_pids((folder / "server.log").read_text())
+    pinned = pin_roles(pids, proc.pid) if mode[1] == "p" else {}
+    log(f"launch {launch} ({args.tag}, {mode}): ready in {ready_s:.1f}s, roles {pids}, pinned {pinned}")
+    sampler = Sampler(args.out / "server_metrics.csv", launch, pids)
+    sampler.start()
+    try:
+        measure_plan(args, launch, folder, proc.pid, vocab)
+    finally:
+        sampler.stopping.set()
+        sampler.join(5)
+        stopped_s = stop_server(proc)
+        with (args.out / "launches.jsonl").open("a") as f:
+            f.write(json.dumps({"launch": launch, "tag": args.tag, "ready_s": round(ready_s, 1),
+                                "stop_s": round(stopped_s, 1), "server_args": args.server_args,
+                                "mode": mode, "roles": pids, "pinned": pinned,
+                                "cores": physical_cores()}) + "\n")
+
+
+def measure_plan(args: argparse.Namespace, launch: int, folder: Path, pgid: int, vocab: int) -> None:
+    """The plan's runs this launch takes part in, M repeats each, while 25 s remain before the deadline."""
+    seq = 0
+    for kind, c, repeats, only in PLANS[args.plan]:
+        c = args.concurrency or c
+        if only is not None and launch not in only:
+            continue
+        for repeat in range(repeats):
+            if time.time() + 25 > args.deadline:
+                break
+            seq += 1
+            if kind == "vllm_bench":
+                records = [vllm_bench(args.model, folder, f"vb_{seq}", c)]
+            else:
+                records = measure(kind, c, args.model, vocab, pgid)
+            append_runs(args.out / "runs.jsonl", records, kind, c, launch=launch, tag=args.tag, seq=seq,
+                        repeat=repeat)
+
+
+def append_runs(path: Path, records: list[dict], kind: str, c: int, **where) -> None:
+    """A run's records (launch, tag, seq, repeat added) appended to runs.jsonl, each logged."""
+    with path.open("a") as f:
+        for record in records:
+            record.update(where)
+            f.write(json.dumps(record) + "\n")
+            value = record.get("output_throughput") or record.get("windowed_tok_s") or 0.0
+            whole = record.get("whole_run_tok_s") or record.get("bench_output_throughput") or 0.0
+            log(f"  {kind} C={c} #{where['repeat'] + 1}: {value:,.0f} tok/s (whole run {whole:,.0f})")
+
+
+def main() -> None:
+    args = parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     vocab = json.loads((Path(args.model) / "config.json").read_text())["vocab_size"]
-    smi = subprocess.Popen(["nvidia-smi" if shutil.which("nvidia-smi") else "true", "--query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,"
-                            "utilization.gpu,clocks_throttle_reasons.active", "--format=csv,noheader,nounits",
-                            "-lms", "200"], stdout=(args.out / "nvidia_smi.csv").open("a"), stderr=subprocess.DEVNULL)
+    smi = start_smi(args.out)
     try:
         for launch in range(args.first_launch, args.first_launch + args.launches):
             if time.time() + LAUNCH_BUDGET_S[args.plan] > args.deadline:
                 log(f"launch {launch}: not enough time left before the deadline")
                 break
-            folder = args.out / f"{args.tag}_launch{launch}"
-            folder.mkdir(exist_ok=True)
-            mode = args.schedule.split(",")[launch - args.first_launch] if args.schedule else "cu"
-            env = {"VLLM_CACHE_ROOT": f"/tmp/vllm-cache-fresh-{launch}"} if mode[0] == "f" else {}
-            os.sched_setaffinity(0, {c for core in physical_cores() for c in core})  # the server inherits it
-            proc, ready_s = start_server(args.model, folder, args.server_args.split(), env)
-            pids = role_pids((folder / "server.log").read_text())
-            pinned = pin_roles(pids, proc.pid) if mode[1] == "p" else {}
-            log(f"launch {launch} ({args.tag}, {mode}): ready in {ready_s:.1f}s, roles {pids}, pinned {pinned}")
-            sampler = Sampler(args.out / "server_metrics.csv", launch, pids)
-            sampler.start()
-            seq = 0
-            try:
-                for kind, c, repeats, only in PLANS[args.plan]:
-                    c = args.concurrency or c
-                    if only is not None and launch not in only:
-                        continue
-                    for repeat in range(repeats):
-                        if time.time() + 25 > args.deadline:
-                            break
-                        seq += 1
-                        if kind == "vllm_bench":
-                            records = [vllm_bench(args.model, folder, f"vb_{seq}", c)]
-                        else:
-                            records = measure(kind, c, args.model, vocab, proc.pid)
-                        with (args.out / "runs.jsonl").open("a") as f:
-                            for record in records:
-                                record.update(launch=launch, tag=args.tag, seq=seq, repeat=repeat)
-                                f.write(json.dumps(record) + "\n")
-                                value = record.get("output_throughput") or record.get("windowed_tok_s") or 0.0
-                                whole = record.get("whole_run_tok_s") or record.get("bench_output_throughput") or 0.0
-                                log(f"  {kind} C={c} #{repeat + 1}: {value:,.0f} tok/s (whole run {whole:,.0f})")
-            finally:
-                sampler.stopping.set()
-                sampler.join(5)
-                stopped_s = stop_server(proc)
-                with (args.out / "launches.jsonl").open("a") as f:
-                    f.write(json.dumps({"launch": launch, "tag": args.tag, "ready_s": round(ready_s, 1),
-                                        "stop_s": round(stopped_s, 1), "server_args": args.server_args,
-                                        "mode": mode, "roles": pids, "pinned": pinned,
-                                        "cores": physical_cores()}) + "\n")
+            run_launch(args, launch, vocab)
     finally:
         smi.terminate()
-
 
 if __name__ == "__main__":
     main()
