@@ -20,11 +20,12 @@ import http.client
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from server_group import stop_server  # beside this script (run.sh runs it by path)
 
 PORT = 8100
 
@@ -89,13 +90,7 @@ def gpu_used_mib() -> int:
 
 def stop_group(proc: subprocess.Popen, out: Path) -> None:
     t0 = time.monotonic()
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-    exited = time.monotonic() - t0
+    exited = stop_server(proc)
     while gpu_used_mib() > 0 and time.monotonic() - t0 < 30:
         time.sleep(0.1)
     released = time.monotonic() - t0

@@ -28,7 +28,6 @@ import http.client
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -45,6 +44,8 @@ from sweeper.loadgen.pinning import client_apart
 from sweeper.loadgen.precision import estimate_of_run, ramp_end, steady_estimate
 from sweeper.spec.space import Workload
 from sweeper.trial.load_ladder import build_level_plan
+
+from server_group import stop_server  # beside this script (run.sh runs it by path)
 
 PORT = 8100
 SCRAPE_EVERY_S = 0.25
@@ -201,17 +202,6 @@ def start_server(model: str, out: Path, extra: list[str], env: dict | None = Non
         time.sleep(0.25)
     stop_server(proc)
     raise SystemExit("server not ready in 300 s")
-
-
-def stop_server(proc: subprocess.Popen) -> float:
-    t0 = time.monotonic()
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-    return time.monotonic() - t0
 
 
 def plan_for(kind: str, concurrency: int, vocab: int):
