@@ -14,7 +14,8 @@ import typer
 from rich.table import Table
 
 from sweeper.cli.common import console, err, user_errors
-from sweeper.cli.load_settings import CapacitySearch, LoadSettings, load_settings
+from sweeper.cli.load_settings import LoadSettings, load_settings
+from sweeper.loadgen.capacity import CapacitySearch
 from sweeper.engines import get_engine
 from sweeper.errors import UserError
 from sweeper.loadgen.client import fit_to_dialect

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sweeper.engines import ENGINES
 from sweeper.errors import UserError
-from sweeper.loadgen.capacity import CapacitySlo
+from sweeper.loadgen.capacity import CapacitySearch, CapacitySlo
 from sweeper.loadgen.client import StreamOptions
 from sweeper.loadgen.endpoints import APIS, Api
 from sweeper.loadgen.ladder import LoadPlan
@@ -17,17 +17,6 @@ from sweeper.spec.datasets import FORMATS
 DEFAULT_MAX_CONCURRENCY = 256  # the concurrency search's ceiling without --max-concurrency
 DEFAULT_RATE_RESOLUTION = 0.05  # the rate search stops within this fraction of the rate
 DEFAULT_CONCURRENCY_RESOLUTION = 1
-
-
-@dataclass(frozen=True)
-class CapacitySearch:
-    """--find-capacity: the SLO and the bounds of the search, as run_capacity_search takes them."""
-
-    slo: CapacitySlo
-    rate: bool  # the request rate is searched, from --rate; else the concurrency
-    ceiling: float
-    resolution: float
-    cap: int  # a rate search's requests in flight at most (0: no cap)
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,18 @@ class CapacitySlo:
 
 
 @dataclass(frozen=True)
+class CapacitySearch:
+    """What to search: the SLO to hold, the highest load to try and how finely to find it (a rate,
+    relative, when `rate`; else a concurrency); a rate search's requests in flight at most (0: no cap)."""
+
+    slo: CapacitySlo
+    ceiling: float
+    resolution: float
+    rate: bool = False
+    cap: int = 0
+
+
+@dataclass(frozen=True)
 class LevelTried:
     load: float
     holds: bool

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 from sweeper.engines.adapter import EngineInfo, first_stall_line
 from sweeper.hosts.base import Host, ServerProcess
-from sweeper.loadgen.capacity import CapacitySlo, capacity_record, find_capacity
+from sweeper.loadgen.capacity import CapacitySearch, CapacitySlo, capacity_record, find_capacity
 from sweeper.loadgen.client import STALLED, LevelRun, StreamOptions, fit_to_dialect, is_stalled
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.loadgen.ladder import LadderHooks, LoadPlan, Stop, build_prompts, run_ladder
@@ -101,21 +101,13 @@ class LadderRun:
     server_pgid: int | None = None
 
 
-@dataclass(frozen=True)
-class CapacitySearch:
-    """objective max_load_within_slo: the SLO to hold, the highest load to try and how finely to
-    find it (a rate, relative, for an open loop; else a concurrency)."""
-    slo: CapacitySlo
-    ceiling: float
-    resolution: float
-
-
 def capacity_search(space: Space) -> CapacitySearch:
     """The space's capacity search: its SLO, and the workload's rate or concurrency bounds."""
     workload = space.workload
     ceiling, resolution = ((workload.capacity_max_rate, workload.capacity_rate_resolution) if workload.open_loop
                            else (workload.capacity_max_concurrency, workload.capacity_resolution))
-    return CapacitySearch(CapacitySlo(space.slo.p99_ttft_ms, space.slo.p99_tpot_ms), ceiling, resolution)
+    return CapacitySearch(CapacitySlo(space.slo.p99_ttft_ms, space.slo.p99_tpot_ms), ceiling, resolution,
+                          rate=workload.open_loop)
 
 
 def measure_levels(run: LadderRun) -> tuple[dict[Level, LevelMetrics], Failure | None]:

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from sweeper.cli import app
 from sweeper.cli.load import load
-from sweeper.cli.load_settings import CapacitySearch, load_settings
+from sweeper.cli.load_settings import load_settings
+from sweeper.loadgen.capacity import CapacitySearch
 from sweeper.errors import UserError
 from sweeper.loadgen.client import StreamOptions
 
