@@ -18,7 +18,7 @@ OUT=${OUT:-/tmp/sweeper-vllm-out}
 WORK=${WORK:-/tmp/sweeper-vllm}
 STUDY=${STUDY:-separate}
 WAIT=${WAIT:-540}
-CAMPAIGN_ARGS=${CAMPAIGN_ARGS:---finalists 2 --repeats 4 --max-repeats 4 --max-in-launch-repeats 2 --trials 2 --max-launches 11 --seed 0}
+CAMPAIGN_ARGS=${CAMPAIGN_ARGS:---finalists 2 --repeats 3 --max-repeats 4 --max-in-launch-repeats 2 --trials 2 --max-launches 11 --time-budget 1000s --seed 0}
 mkdir -p "$OUT"
 export PYTHONPATH=/tmp/site:$REPO PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_HUB_DISABLE_UPDATE_CHECK=1
 export VLLM_USE_FLASHINFER_SAMPLER=0 NCCL_NVLS_ENABLE=0   # as run.sh
