@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
+from sweeper.spec.engine_ports import env_ports
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space import Space, gpu_count_of
 from sweeper.loadgen.endpoints import RequestDialect, TokenizeApi
@@ -205,37 +206,6 @@ def first_stall_line(text: str, stall_lines: Sequence[str]) -> str | None:
     if not stall_lines or not text:
         return None
     return next((line.strip() for line in text.splitlines() if any(s in line for s in stall_lines)), None)
-
-
-def argv_value(argv: Sequence[str], *flags: str) -> str | None:
-    """The value the last of `flags` takes in argv, as argparse reads it (`--f v` or `--f=v`; the
-    last one wins); '' for a bare flag, None where none is given."""
-    value = None
-    for index, item in enumerate(argv):
-        flag, equals, inline = item.partition("=")
-        if flag in flags:
-            following = argv[index + 1] if index + 1 < len(argv) else ""
-            value = inline if equals else ("" if following.startswith("-") else following)
-    return value
-
-
-def port_number(text: str | None) -> int | None:
-    """A port given as text (a flag's value, an env var), or None where it is none."""
-    return int(text) if text is not None and text.strip().isdigit() and 0 < int(text) < 65536 else None
-
-
-def flag_ports(argv: Sequence[str], flags: Mapping[tuple[str, ...], str]) -> dict[int, str]:
-    """The ports that port flags (each spelling -> what it is) set in argv."""
-    ports = {}
-    for spellings, what in flags.items():
-        if (port := port_number(argv_value(argv, *spellings))) is not None:
-            ports[port] = what
-    return ports
-
-
-def env_ports(env: Mapping[str, str], names: Mapping[str, str]) -> dict[int, str]:
-    """The ports that environment variables (name -> what it is) set."""
-    return {port: what for name, what in names.items() if (port := port_number(env.get(name))) is not None}
 
 
 def flag_args(flag: str, value: Any) -> list[str]:

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Sequence
-
 from sweeper.spec.engine_traits import PARALLEL_FLAGS
-from sweeper.engines.adapter import (
-    EngineInfo, LaunchSpec, ModuleEngine, Readiness, Signature, argv_value, flag_ports, port_number,
-)
+from sweeper.engines.adapter import EngineInfo, LaunchSpec, ModuleEngine, Readiness, Signature
+from sweeper.spec.engine_ports import sglang_internal_ports
 from sweeper.loadgen.endpoints import TokenizeApi
 from sweeper.loadgen.probe import PrefixCacheApi
 
@@ -39,32 +36,6 @@ SGLANG_SIGNATURES = (
     Signature("Received sigquit from a child process", "child_crash"),
     Signature("Initialization failed", "child_crash"),
 )
-
-# sglang/srt/server_args.py, PortArgs.init_new (0.5.9 to 0.5.23): without DP attention the
-# tokenizer, scheduler and detokenizer talk over IPC files and only the NCCL port is TCP (random
-# and probed free unless --nccl-port pins it); with DP attention they are TCP ports from
-# dist_init_port = --port + 233 (or --dist-init-addr's port) up, in this order.
-ZMQ_TCP_PORT_DELTA = 233
-DP_ATTENTION_PORTS = ("dist_init_port", "port_base", "detokenizer_port", "rpc_port", "metrics_port",
-                      "scheduler_input_port")
-
-
-def uses_dp_attention(argv: Sequence[str]) -> bool:
-    """--enable-dp-attention, or (0.5.20 on, where it replaces that flag) --attn-dp-size above 1."""
-    return argv_value(argv, "--enable-dp-attention") is not None or (
-        port_number(argv_value(argv, "--attn-dp-size", "--attention-data-parallel-size")) or 1) > 1
-
-
-def sglang_internal_ports(argv: Sequence[str], port: int) -> dict[int, str]:
-    """The TCP ports an SGLang server started with `argv` binds besides --port `port`."""
-    ports = flag_ports(argv, {("--nccl-port",): "--nccl-port"})
-    if uses_dp_attention(argv):
-        dist_init = argv_value(argv, "--dist-init-addr", "--nccl-init-addr")
-        first = port_number(dist_init.rpartition(":")[2]) if dist_init else port + ZMQ_TCP_PORT_DELTA
-        for offset, name in enumerate(DP_ATTENTION_PORTS if first is not None else ()):
-            ports.setdefault(first + offset, f"{name} (DP attention)")
-    return ports
-
 
 SGLANG_INFO = EngineInfo(
     name="sglang",

@@ -12,8 +12,8 @@ from typing import Any, Mapping
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.engine_traits import PARALLEL_FLAGS
 from sweeper.spec.space import Space
-from sweeper.engines.adapter import (EngineInfo, LaunchSpec, ModuleEngine, Readiness, Signature, env_ports,
-                                  flag_ports)
+from sweeper.engines.adapter import EngineInfo, LaunchSpec, ModuleEngine, Readiness, Signature
+from sweeper.spec.engine_ports import env_ports, flag_ports
 from sweeper.loadgen.endpoints import TokenizeApi
 from sweeper.loadgen.probe import PrefixCacheApi
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import socket
 from typing import Sequence
 
-from sweeper.engines.sglang import sglang_internal_ports, uses_dp_attention
+from sweeper.spec.engine_ports import sglang_internal_ports, uses_dp_attention
 from sweeper.sim.logs import SimLog
 
 

@@ -11,4 +11,5 @@
 - space_file.py a space file read: parse_space, load_space (YAML -> checked Space, workload paths)
 - datasets.py  dataset files (ShareGPT, JSONL) and length distributions: records sent verbatim
 - engine_traits.py what a space is checked against per engine (request API, parallel-size flags)
+- engine_ports.py the ports an engine's argv binds (flag values, SGLang's internal ports); stdlib only
 """

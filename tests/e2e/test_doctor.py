@@ -14,7 +14,7 @@ import yaml
 
 from sweeper.sim.gpumem import record_gpu_memory
 from tests.support.spaces import TINY_SPACE
-from tests.support.ports import free_port
+from tests.support.ports import free_port, reuse_time_wait
 from tests.support.tcp_relay import proxy_command
 
 pytestmark = pytest.mark.slow
@@ -115,6 +115,7 @@ def test_a_busy_gpu(doctor, ssh_home, sshd):
 
 def test_a_busy_base_port(doctor, ssh_home):
     with socket.socket() as listener:
+        reuse_time_wait(listener)
         listener.bind(("127.0.0.1", doctor.base_port))
         listener.listen()
         result, checks = doctor()
@@ -127,6 +128,7 @@ def test_a_busy_internal_port_of_the_engine(doctor, ssh_home):
     detokenizer's port is named, though the HTTP port itself is free."""
     space = TINY_SPACE.replace("fixed_flags: {", "fixed_flags: {--attn-dp-size: 2, ")
     with socket.socket() as listener:
+        reuse_time_wait(listener)
         listener.bind(("127.0.0.1", doctor.base_port + 235))
         listener.listen()
         result, checks = doctor(space)

@@ -37,3 +37,11 @@ def worker_port(port: int) -> int:
     at the same moment never race for the same free port (each checks a port free, then binds it).
     The port itself in a run without workers."""
     return port - WORKER_PORT_STRIDE * (worker_number() % WORKER_RANGES)
+
+
+def reuse_time_wait(sock: socket.socket) -> None:
+    """Let `sock` bind a port whose closed connections sit in TIME_WAIT, as SGLang's and the
+    simulator's own listeners do: only a live listener then makes the bind fail. Without it a
+    test's listener failed to bind base_port + 235 after earlier sweeps (clean-clone run,
+    2026-12-06: EADDRINUSE in test_a_busy_internal_port_of_the_engine)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
