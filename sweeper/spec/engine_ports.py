@@ -1,7 +1,7 @@
 """The ports an engine's command line binds, read from its argv and env alone.
 
 Standard library only: the simulator derives its internal ports from here at every start, and
-importing the engine adapters instead cost each simulated server 0.15 s of CPU (pydantic, the
+importing the engine adapters instead cost each simulated server about 0.12 s of CPU (pydantic, the
 space models), measured with `python -X importtime -m sweeper.sim` (bench/test_suite.md)."""
 
 from __future__ import annotations
