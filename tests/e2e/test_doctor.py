@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -14,7 +13,7 @@ import yaml
 
 from sweeper.sim.gpumem import record_gpu_memory
 from tests.support.spaces import TINY_SPACE
-from tests.support.ports import free_port, reuse_time_wait
+from tests.support.ports import free_port, server_socket
 from tests.support.tcp_relay import proxy_command
 
 pytestmark = pytest.mark.slow
@@ -114,8 +113,7 @@ def test_a_busy_gpu(doctor, ssh_home, sshd):
 
 
 def test_a_busy_base_port(doctor, ssh_home):
-    with socket.socket() as listener:
-        reuse_time_wait(listener)
+    with server_socket() as listener:
         listener.bind(("127.0.0.1", doctor.base_port))
         listener.listen()
         result, checks = doctor()
@@ -127,8 +125,7 @@ def test_a_busy_internal_port_of_the_engine(doctor, ssh_home):
     """With DP attention SGLang (and the sim) binds --port + 233 .. + 238: a listener on the
     detokenizer's port is named, though the HTTP port itself is free."""
     space = TINY_SPACE.replace("fixed_flags: {", "fixed_flags: {--attn-dp-size: 2, ")
-    with socket.socket() as listener:
-        reuse_time_wait(listener)
+    with server_socket() as listener:
         listener.bind(("127.0.0.1", doctor.base_port + 235))
         listener.listen()
         result, checks = doctor(space)

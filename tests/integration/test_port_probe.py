@@ -14,6 +14,7 @@ import pytest
 from sweeper.spec.hosts import HostSpec
 from sweeper.hosts.local import LocalHost
 from sweeper.hosts.ssh import SSHHost
+from tests.support.ports import server_socket
 
 
 @pytest.fixture
@@ -23,12 +24,6 @@ def hosts(sshd, ssh_home, tmp_path):
     yield both
     for host in both.values():
         host.close()
-
-
-def server_socket(family: int = socket.AF_INET) -> socket.socket:
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn, sglang, llama-server bind
-    return sock
 
 
 @contextmanager

@@ -39,9 +39,12 @@ def worker_port(port: int) -> int:
     return port - WORKER_PORT_STRIDE * (worker_number() % WORKER_RANGES)
 
 
-def reuse_time_wait(sock: socket.socket) -> None:
-    """Let `sock` bind a port whose closed connections sit in TIME_WAIT, as SGLang's and the
-    simulator's own listeners do: only a live listener then makes the bind fail. Without it a
-    test's listener failed to bind base_port + 235 after earlier sweeps (clean-clone run,
-    2026-12-06: EADDRINUSE in test_a_busy_internal_port_of_the_engine)."""
+
+def server_socket(family: int = socket.AF_INET) -> socket.socket:
+    """A TCP socket that binds as uvicorn's, SGLang's, llama-server's and the simulator's listeners do
+    (SO_REUSEADDR): a closed connection in TIME_WAIT on its port does not stop the bind, a live
+    listener does. Without it a test's listener failed on base_port + 235 after earlier sweeps
+    (clean-clone run, 2026-12-06: EADDRINUSE in test_a_busy_internal_port_of_the_engine)."""
+    sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    return sock
