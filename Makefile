@@ -53,16 +53,25 @@ test-deps:
 	@test -n "$$(command -v initdb || ls /usr/lib/postgresql/*/bin/initdb 2>/dev/null)" || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql)
 	@test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
-# Tests in parallel (pytest-xdist) with TEST_WORKERS=4: most of their time is spent waiting on
-# servers, sockets and subprocesses. A module's tests that share an expensive module fixture carry
-# one xdist_group and stay on one worker (--dist loadgroup). 0 (no workers) until a parallel run
-# of the whole suite passes: the first one, on the shared 2-core machine, did not (bench/test_suite.md).
-TEST_WORKERS ?= 0
+# Tests two at a time (pytest-xdist): run one by one they leave the 2 cores about half idle, waiting on
+# servers, sockets and subprocesses (bench/test_suite.md). A module whose tests share an expensive module
+# fixture carries one xdist_group and stays on one worker (--dist loadgroup). The tests marked `alone`
+# catch a window of milliseconds or bound a delay, which a second worker's load would make them miss:
+# they run after, one at a time. Both phases always run; the exit status is the first failure's.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 
 # The layer contract first (pyproject.toml [tool.importlinter]; docs/architecture.md), then the tests.
+# An editable install is not byte-compiled, and where PYTHONDONTWRITEBYTECODE is set (these machines)
+# no process writes what it compiled: each of the suite's ~700 CLI and simulator processes would
+# compile sweeper again, 0.25 s of every CLI start (bench/test_suite.md). compileall writes it once.
 test: install-test test-deps llama-server
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m compileall -q sweeper > /dev/null
+	status=0; \
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup -m "not alone" || status=$$?; \
+	$(PYTEST) -m alone || { rc=$$?; [ $$status -ne 0 ] || status=$$rc; }; \
+	exit $$status
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -3,7 +3,6 @@ The code behind them is in tests/support/."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.env import isolate
 from tests.support.pg import NoPostgres, PgCluster, start_cluster
 from tests.support.sshd import SshServer, sshd_installed, start_sshd
 
@@ -25,12 +25,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path_factory, monkeypatch):
     """Keep the user's home (ssh config, caches) and NCCL/SGLang knobs out of tests."""
-    home = tmp_path_factory.mktemp("home")
-    monkeypatch.setenv("HOME", str(home))
-    for name in list(os.environ):
-        if name.startswith(("NCCL_", "SGL", "SWEEPER_")):
-            monkeypatch.delenv(name, raising=False)
-    return home
+    return isolate(monkeypatch, tmp_path_factory.mktemp("home"))
 
 
 @pytest.fixture

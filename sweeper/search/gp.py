@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from optuna.trial import FrozenTrial
 from scipy.optimize import minimize
-from scipy.stats import norm
+from scipy.special import ndtr  # the normal CDF; scipy.stats would add 0.3 s to each sweep's start
 
 from sweeper.spec.space import Space
 from sweeper.search.configs import Config, config_key, is_ordinal, lever_values, with_derived
@@ -185,7 +185,7 @@ def runs_chances(space: Space, model: GP | None, coords: np.ndarray) -> np.ndarr
     if model is None:
         return np.ones(len(coords))
     mean, _ = model.predict(space, coords)
-    return np.clip(norm.cdf(1.5 * mean), 0.01, 1.0)
+    return np.clip(ndtr(1.5 * mean), 0.01, 1.0)
 
 
 def _values_and_pairs(params: Config) -> list[tuple]:
@@ -288,7 +288,7 @@ def propose(space: Space, trials: Sequence[FrozenTrial], taken: set[str], maximi
     # (with few configs that ran, the noise is the prior's guess: no margin, stay near what runs)
     gain = mean - best_mean - (MARGIN * model.noise if len(feasible) >= START else 0.0)
     z = gain / std
-    ei = gain * norm.cdf(z) + std * norm.pdf(z)
+    ei = gain * ndtr(z) + std * np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
     chance = runs_chances(space, runs, np.array([_coordinates(space, p) for p, _ in cands]))
     score = ei * chance
     pick = int(np.argmax(score))

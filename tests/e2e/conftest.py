@@ -3,16 +3,14 @@ the real sshd as its host (the code behind them is in tests/support/)."""
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import pytest
 import yaml
 
 from sweeper.models.random_gguf import write_random_gguf
-from tests.support.cli import SECRETS, Cli, stop_recorded_group
-from tests.support.faults import servers_left
+from tests.support.cli import SECRETS, Cli
+from tests.support.faults import stop_servers_under
 from tests.support.paths import DEMO_SPACE, ROOT
 from tests.support.ports import worker_port
 from tests.support.spaces import ONE_SEED_SPACE, TINY_SPACE
@@ -26,15 +24,7 @@ def cli(tmp_path) -> Cli:
     (tmp_path / "tiny.yaml").write_text(TINY_SPACE)
     (tmp_path / "demo-sim.yaml").write_text(DEMO_SPACE.read_text())
     yield Cli(tmp_path)
-    # A test that fails or times out mid-sweep (its controller killed) must not leave its servers
-    # holding ports for the tests after it: stop every recorded group still carrying its token.
-    for record in tmp_path.rglob("process.json"):
-        stop_recorded_group(json.loads(record.read_text()))
-    for pid, token in servers_left(tmp_path):  # spawned, never recorded (a kill in the launch stage)
-        try:
-            stop_recorded_group({"pgid": os.getpgid(pid), "token": token})
-        except ProcessLookupError:
-            pass
+    stop_servers_under(tmp_path)  # a failed test's servers would hold ports for the tests after it
 
 
 @pytest.fixture

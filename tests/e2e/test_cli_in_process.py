@@ -12,7 +12,8 @@ import shutil
 import pandas as pd
 import pytest
 
-from tests.support.cli import stop_recorded_group
+from tests.support.env import isolate
+from tests.support.faults import stop_servers_under
 from tests.support.in_process import invoke_in
 from tests.support.paths import FIXTURE_DIR, ROOT
 from tests.support.ports import worker_port
@@ -32,11 +33,10 @@ def swept(tmp_path_factory):
     (workdir / "hosts.yaml").write_text(hosts.replace("base_port: 31000", f"base_port: {worker_port(31000)}"))
     (workdir / "tiny.yaml").write_text(TINY_SPACE)
     with pytest.MonkeyPatch.context() as patch:  # the trials' work_dir (~/.sweeper) not in the real home
-        patch.setenv("HOME", str(tmp_path_factory.mktemp("home")))
+        isolate(patch, tmp_path_factory.mktemp("home"))
         result = invoke_in(workdir, "sweep", "tiny.yaml", "--study", "s", "--trials", "4")
     yield workdir, result
-    for record in workdir.rglob("process.json"):  # a sweep that failed half-way: its servers
-        stop_recorded_group(json.loads(record.read_text()))
+    stop_servers_under(workdir)  # a sweep that failed half-way: its servers
 
 
 def copied(swept, tmp_path):

@@ -126,6 +126,7 @@ def test_connection_cut_mid_load_is_retried_as_an_infrastructure_fault(ssh_cli, 
     assert "reconnected" in study.trials[0].user_attrs["infra_error"]
 
 
+@pytest.mark.alone  # a 2-second bound
 def test_server_crash_mid_load_is_recorded_within_two_seconds(ssh_cli, sshd):
     cli = ssh_cli
     controller = cli.start("sweep", "tiny.yaml", "--host", "box", "--study", "c1", "--trials", "1")

@@ -15,6 +15,7 @@ from sweeper.hosts.local import LocalHost
 from sweeper.hosts.procfs import live_group_members
 from sweeper.trial.context import TrialContext
 from sweeper.trial.pipeline import run_trial
+from tests.support.ports import worker_port
 
 SPACE = parse_space("""\
 name: gate
@@ -38,7 +39,7 @@ HEALTHY = {"tp_size": 8, "moe_runner_backend": "marlin", "nccl_p2p_disable": "1"
 
 @pytest.fixture
 def host():
-    h = LocalHost("local", HostSpec(transport="local", gpu_gate="off", base_port=35000))
+    h = LocalHost("local", HostSpec(transport="local", gpu_gate="off", base_port=worker_port(35000)))
     yield h
     h.close()
 

@@ -19,6 +19,7 @@ from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space_file import parse_space
 from sweeper.trial.context import TrialContext, TrialOutcome
 from sweeper.trial.launch import launched_server
+from tests.support.ports import worker_port
 
 # The workload sets no stall timeout (the default): the launch's 2 s must apply. Its request
 # timeout is short so that a stalled request without the fallback fails in 30 s, not 600.
@@ -37,7 +38,7 @@ launch: {ready_timeout_s: 60, stall_timeout_s: 2, stop_grace_s: 5, poll_interval
 
 @pytest.fixture
 def host():
-    h = LocalHost("local", HostSpec(transport="local", gpu_gate="off", base_port=36500))
+    h = LocalHost("local", HostSpec(transport="local", gpu_gate="off", base_port=worker_port(36500)))
     yield h
     h.close()
 

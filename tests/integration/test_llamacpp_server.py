@@ -21,7 +21,7 @@ from sweeper.trial.launch import Crashed, Ready, stop, wait_ready
 from sweeper.trial.pipeline import check_output
 from tests.support.hosts import local_host, ssh_host
 from tests.support.llamacpp import needs_llama_server
-from tests.support.ports import free_port_on
+from tests.support.ports import free_port_on, worker_port
 
 pytestmark = [pytest.mark.slow, needs_llama_server]
 
@@ -48,7 +48,7 @@ def space_for(model, fixed: str = "{}"):
 
 
 def free_port(host) -> int:
-    return free_port_on(host, 34000, step=10)
+    return free_port_on(host, worker_port(34000), step=10)
 
 
 def start(host, tmp_path, space, port, config=None):
@@ -77,6 +77,7 @@ def oversized_context() -> int:
     ("missing_model", "model_missing", "failed to open GGUF file"),
     ("huge_context", "oom", "insufficient memory"),
 ])
+@pytest.mark.alone  # a 2-second bound
 def test_a_broken_config_is_classified_from_the_log_within_two_seconds(host, tmp_path, llama_env, deep_gguf,
                                                                        case, kind, line):
     if case == "missing_model":
@@ -95,6 +96,7 @@ def test_a_broken_config_is_classified_from_the_log_within_two_seconds(host, tmp
     assert host.port_is_free(port)
 
 
+@pytest.mark.alone  # a 2-second bound
 def test_a_busy_port_is_the_servers_own_bind_error(host, tmp_path, llama_env, tiny_gguf):
     holder = socket.socket()
     holder.bind(("127.0.0.1", 0))  # bound, not listening: the health probe is refused at once

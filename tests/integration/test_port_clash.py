@@ -21,7 +21,7 @@ from sweeper.study.trials import feasible_trials
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space_file import parse_space
 from tests.support.paths import ROOT
-from tests.support.ports import free_port_on
+from tests.support.ports import free_port_on, worker_port
 from tests.support.spaces import ONE_SEED_SPACE
 
 SPACE_TEXT = (ONE_SEED_SPACE.replace("fixed_flags: {", "fixed_flags: {--attn-dp-size: 2, ")
@@ -49,7 +49,7 @@ def sweep(tmp_path):
     """Runs a one-evaluation sweep of the DP-attention space on this machine; returns the trials."""
     probe = LocalHost("probe", HostSpec(transport="local"))
     # a base port whose DP-attention ports and the next candidate's are free too
-    base = next(p for p in range(free_port_on(probe, 41000, 10), 60000, 10)
+    base = next(p for p in range(free_port_on(probe, worker_port(41000), 10), 60000, 10)
                 if all(probe.port_is_free(q) for o in (0, 10) for q in (p + o, *range(p + o + 233, p + o + 239))))
     probe.close()
     spec = HostSpec(transport="local", gpu_gate="off", load_from="controller", base_port=base,

@@ -12,7 +12,7 @@ from sweeper.spec.space import Launch
 from sweeper.engines.sglang import SGLANG_INFO
 from sweeper.trial.launch import Crashed, TimedOut, wait_ready
 from tests.support.hosts import local_host
-from tests.support.ports import free_port_on
+from tests.support.ports import free_port_on, worker_port
 
 FAST = Launch(ready_timeout_s=20, stall_timeout_s=3, stop_grace_s=1, poll_interval_s=0.2)
 
@@ -30,9 +30,10 @@ def launch(host, tmp_path, code):
 
 
 def free_port(host):
-    return free_port_on(host, 33000)
+    return free_port_on(host, worker_port(33000))
 
 
+@pytest.mark.alone  # a 2-second bound
 def test_a_silent_exit_is_noticed_within_two_seconds(host, tmp_path):
     proc = launch(host, tmp_path, "import time; print('Load weight begin', flush=True); time.sleep(1.0)")
     exited_by = time.monotonic() + 1.0

@@ -29,7 +29,7 @@ from typing import Callable, Iterator, Protocol, Sequence
 
 from sweeper.hosts.agent import TOKEN_VAR
 from sweeper.hosts.procfs import environ_value, read_environ, read_stat
-from tests.support.cli import Cli
+from tests.support.cli import Cli, stop_recorded_group
 
 TRIAL_DONE = re.compile(r"-> trial (\d+):")
 TRIAL_STAGE = re.compile(r"trial (\d+): (C=\d+|[a-z_]+)")
@@ -357,6 +357,18 @@ def servers_left(root: Path) -> list[tuple[int, str]]:
             if Path(cwd).is_relative_to(root):
                 left.append((pid, token))
     return left
+
+
+def stop_servers_under(root: Path) -> None:
+    """Stop what a test's runs under `root` left running (a test that failed or timed out mid-sweep):
+    every recorded group still carrying its token, and servers spawned and never recorded."""
+    for record in root.rglob("process.json"):
+        stop_recorded_group(json.loads(record.read_text()))
+    for pid, token in servers_left(root):
+        try:
+            stop_recorded_group({"pgid": os.getpgid(pid), "token": token})
+        except ProcessLookupError:
+            pass
 
 
 def token_processes(tokens: set[str]) -> list[int]:
