@@ -27,6 +27,18 @@ SAMPLERS = ("auto", "gp", "model", "hybrid", "local", "tpe", "brute", "random", 
 _COUNT_LIMIT = 200_000  # enumerate a space to count it only below this many raw combinations
 
 
+class QueueAwareBruteForceSampler(optuna.samplers.BruteForceSampler):
+    """Optuna's brute force, except that it never stops a study whose queue holds trials. Optuna's
+    counts a failed trial's config as explored and stops the study once every config is: the queued
+    retry of an infrastructure fault (a port taken after the preflight) on the grid's last config
+    never ran, and a one-config sweep ended "nothing measured" (seen in a parallel test run)."""
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: list[float] | None) -> None:
+        if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            super().after_trial(study, trial, state, values)
+
+
 class GridOrderSampler(BaseSampler):
     """Configs in the order a Cartesian sweep takes them (the `vllm bench sweep` baseline):
     trial n gets the n-th config of the space's enumeration."""
@@ -84,7 +96,7 @@ def build_sampler(space: Space, budget: int, name: str = "auto", seed: int | Non
         warnings.simplefilter("ignore", FutureWarning)
         match resolve_sampler_name(space, budget, name):
             case "brute":
-                return optuna.samplers.BruteForceSampler(seed=seed)
+                return QueueAwareBruteForceSampler(seed=seed)
             case "random":
                 return optuna.samplers.RandomSampler(seed=seed)
             case "grid":
