@@ -27,7 +27,7 @@ from typing import Any, Callable
 import optuna
 from optuna.exceptions import StorageInternalError
 from optuna.storages import RDBStorage
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
 from sweeper.errors import UserError, import_optional
 from sweeper.study.lock import schema_lock
@@ -112,6 +112,15 @@ def is_lock_timeout(exc: BaseException | None) -> bool:
     return getattr(orig, "sqlstate", None) in RETRIED_SQLSTATES
 
 
+def is_schema_written_beside(exc: BaseException) -> bool:
+    """Whether opening a new SQLite file failed because another process (a reader opening the study
+    with Optuna, `show --watch`) wrote Optuna's tables at the same moment: its alembic row or table
+    came first. The next attempt finds the schema whole. 15 of 30 creations failed so beside a
+    process loading the study in a loop (2026-12-06); a campaign's validation study died of it."""
+    return isinstance(exc, IntegrityError) and "alembic_version" in str(exc) or (
+        isinstance(exc, OperationalError) and "already exists" in str(exc))
+
+
 def lock_wait_s(normal_s: float) -> float:
     """How long a storage call may wait for locks: a stopping sweep records what it can at once."""
     return STOPPING_WAIT_S if stopping() else normal_s
@@ -153,7 +162,8 @@ class StudyStorage(RDBStorage):
     lock_wait_s = LOCK_WAIT_S
 
     def __init__(self, url: str, **kwargs: Any):
-        """Optuna's checks of the schema (reads; a write only on a new file), retried while locked."""
+        """Optuna's checks of the schema (reads; a write only on a new file), retried while locked
+        or while another process writes the same new schema."""
         deadline = time.monotonic() + lock_wait_s(self.lock_wait_s)
         while True:
             try:
@@ -161,7 +171,7 @@ class StudyStorage(RDBStorage):
                     super().__init__(url, **kwargs)
                 return
             except SQLAlchemyError as exc:
-                if not is_lock_timeout(exc) or time.monotonic() > deadline:
+                if not (is_lock_timeout(exc) or is_schema_written_beside(exc)) or time.monotonic() > deadline:
                     raise
             time.sleep(RETRY_PAUSE_S)
 

@@ -38,6 +38,13 @@ def attrs_of(cli, name: str) -> dict:
         return {}
 
 
+def trials_of(cli, name: str) -> list:
+    try:
+        return open_study(cli, name).trials
+    except Exception:  # not created yet
+        return []
+
+
 def kill_controller(controller) -> None:
     if controller.poll() is None:
         os.killpg(controller.pid, signal.SIGKILL)  # the controller alone: servers run in sessions of their own
@@ -105,16 +112,14 @@ def test_campaign_killed_in_each_phase_resumes_there_without_redoing_work(ccli):
     controller = cli.start("resume", "ck")
     try:
         def validating():
+            assert controller.poll() is None, controller.communicate()[1][-2000:]  # a dead controller: its why
             if attrs_of(cli, "ck").get("campaign_phase") != "validate":
                 return None
-            try:
-                trials = open_study(cli, "ck-validate").trials
-            except Exception:
-                return None
+            trials = trials_of(cli, "ck-validate")
             done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
             running = [t for t in trials if t.state == optuna.trial.TrialState.RUNNING and "process" in t.user_attrs]
             return (done, running) if done and running else None
-        done_before, _ = wait_for(validating, timeout=1200, interval=0.2)  # the rest of the sweep first
+        wait_for(validating, timeout=1200, interval=0.2)  # the rest of the sweep first
         controller.send_signal(signal.SIGTERM)
         _, stderr = controller.communicate(timeout=120)
         assert controller.returncode == 130 and "Continue with: sweeper resume ck " in stderr, stderr[-2000:]

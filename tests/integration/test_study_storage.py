@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import random
 import signal
+import subprocess
+import sys
 import sqlite3
 import threading
 import time
@@ -201,3 +203,30 @@ def test_postgresql_the_heartbeat_survives_a_row_lock_and_is_joined_at_once(pg_u
     joined_s, died = heartbeat_through_a_lock(storage, trial, lambda: held_pg_row(pg_url, trial._trial_id, 8))
     assert died == []
     assert joined_s < 3, f"the heartbeat thread took {joined_s:.1f} s to stop"
+
+
+READER = """\
+import pathlib, sys, optuna
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+folder = pathlib.Path(sys.argv[1])
+while not (folder / "stop").exists():
+    for i in range(int(sys.argv[2])):
+        try:
+            optuna.load_study(study_name="v", storage=f"sqlite:///{folder}/db{i}.db")
+        except Exception:
+            pass  # not created yet: what matters is that it wrote Optuna's tables
+"""
+
+
+def test_a_study_is_created_while_another_process_opens_it_in_a_loop(tmp_path):
+    """Optuna's load_study (a `show --watch`, a dashboard, a test's poll) writes the schema of a file
+    that has none: beside it in a loop, 15 of 30 creations failed on the alembic row before the retry."""
+    count = 30
+    reader = subprocess.Popen([sys.executable, "-c", READER, str(tmp_path), str(count)])
+    try:
+        for i in range(count):
+            optuna.create_study(study_name="v", storage=open_storage(f"sqlite:///{tmp_path}/db{i}.db"))
+    finally:
+        (tmp_path / "stop").touch()
+        reader.wait(30)
+    assert all(optuna.load_study(study_name="v", storage=f"sqlite:///{tmp_path}/db{i}.db") for i in range(count))
