@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from sweeper.cli import app
 from tests.support.in_process import invoke_in
 from tests.support.paths import DEMO_SPACE, ROOT
+from tests.support.ports import worker_port
 
 
 def demo_space(tmp_path: Path, name: str = "space.yaml", **replace: str) -> Path:
@@ -47,6 +48,7 @@ def test_a_seed_value_outside_its_choices_is_refused_at_load(tmp_path, command):
 
 # ---------------------------------------------------------------- 2. exit codes a script can trust
 
+PORT = worker_port(31000)  # this worker's own range: the other worker's sweeps take another
 ONE_LEVER = """\
 name: one
 engine: sim
@@ -93,7 +95,7 @@ def test_a_start_that_failed_before_its_first_trial_can_be_rerun_as_it_was(tmp_p
     broken = tmp_path / "no-engine-python"  # an interpreter without the engine, as a newcomer's venv
     broken.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'aiohttp'\" >&2\nexit 1\n")
     broken.chmod(0o755)
-    (tmp_path / "hosts.yaml").write_text(f"hosts:\n  local: {{transport: local, python: {broken}}}\n")
+    (tmp_path / "hosts.yaml").write_text(f"hosts:\n  local: {{transport: local, python: {broken}, base_port: {PORT}}}\n")
     # C=1 alone: what is tested is the rerun, and a C=4 level can miss its achieved concurrency on a busy machine
     (tmp_path / "space.yaml").write_text(ONE_LEVER.replace("[4, 8]", "[8]").replace("concurrency: [1, 4]", "concurrency: [1]"))
     argv = ("sweep", "space.yaml", "--study", "s", "--trials", "1")
@@ -102,7 +104,7 @@ def test_a_start_that_failed_before_its_first_trial_can_be_rerun_as_it_was(tmp_p
     assert ("cannot read the engine's flags on local: " in first.output
             and "exited 1: ModuleNotFoundError: No module named 'aiohttp'" in first.output
             and "run the same command again" in first.output), first.output
-    (tmp_path / "hosts.yaml").write_text(f"hosts:\n  local: {{transport: local, python: {sys.executable}}}\n")
+    (tmp_path / "hosts.yaml").write_text(f"hosts:\n  local: {{transport: local, python: {sys.executable}, base_port: {PORT}}}\n")
     again = invoke_in(tmp_path, *argv)
     assert "already exists" not in again.output and "sweep s: 1 of 1 evaluations" in again.output, again.output
 
@@ -179,7 +181,7 @@ def test_doctor_names_a_missing_engine_in_one_line(tmp_path):
                       "importlib.metadata.PackageNotFoundError: No package metadata was found for sweeper\\n' >&2\n"
                       "exit 1\n")
     broken.chmod(0o755)
-    (tmp_path / "hosts.yaml").write_text(f"hosts:\n  local: {{transport: local, python: {broken}}}\n")
+    (tmp_path / "hosts.yaml").write_text(f"hosts:\n  local: {{transport: local, python: {broken}, base_port: {PORT}}}\n")
     demo_space(tmp_path)
     result = invoke_in(tmp_path, "doctor", "space.yaml")
     engine = [line for line in result.output.splitlines() if "engine:" in line]

@@ -10,6 +10,7 @@ from pathlib import Path
 import optuna
 
 from tests.support.in_process import invoke_in
+from tests.support.ports import worker_port
 
 SPACE = """\
 name: tp
@@ -26,7 +27,8 @@ check: {mode: none}
 budget: {trials: 1}
 launch: {ready_timeout_s: 60, stall_timeout_s: 5, stop_grace_s: 5}
 """
-ONE_GPU = "hosts:\n  local: {transport: local, gpus: 1, gpu_gate: 'off', base_port: 36700}\n"
+BASE_PORT = worker_port(36700)  # its tests on two workers must not launch on, and check, one port
+ONE_GPU = f"hosts:\n  local: {{transport: local, gpus: 1, gpu_gate: 'off', base_port: {BASE_PORT}}}\n"
 
 
 def write(tmp_path: Path, hosts: str = ONE_GPU) -> None:
@@ -58,7 +60,7 @@ def test_a_tp2_seed_on_a_one_gpu_host_is_refused_at_preflight_without_a_launch(t
 def test_a_host_without_gpus_refuses_nothing(tmp_path):
     """No `gpus:` in the host entry: the sweep cannot know, so it launches, and the engine itself
     refuses TP 2 (the simulator models one GPU here: --sim-gpus 1), as vLLM did in the issue."""
-    write(tmp_path, "hosts:\n  local: {transport: local, gpu_gate: 'off', base_port: 36700}\n")
+    write(tmp_path, f"hosts:\n  local: {{transport: local, gpu_gate: 'off', base_port: {BASE_PORT}}}\n")
     result = invoke_in(tmp_path, "sweep", "space.yaml", "--study", "s", "--sampler", "brute")
     assert "wait_ready/crash" in result.output, result.output
     study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 'results/s/study.db'}")

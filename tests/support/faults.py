@@ -140,9 +140,9 @@ class AfterStart:
 @dataclass(frozen=True)
 class BetweenSpawnAndRecord:
     """Inside the launch stage, after the host spawned the server and before the study recorded
-    it: the study is polled under an exclusive lock, so once a poll reads a launch intent without
-    its record the controller's record waits behind the lock; the server carrying the intent's
-    token is awaited, and the controller is killed. `after` trials are let finish first. A launch
+    it: the study is polled, and once a poll reads a launch intent without its record it is locked
+    exclusively and read again, so the controller's record waits behind the lock; the server
+    carrying the intent's token is awaited, and the controller is killed. `after` trials are let finish first. A launch
     whose intent and record both came between two polls is let go and the next one watched; at
     the `tries`-th such, or the first with `or_recorded` (a launch with no next one: the
     profile's), it is killed there all the same (a kill just after the record beats no kill).
@@ -163,41 +163,43 @@ class BetweenSpawnAndRecord:
             if session.next_line() is None:
                 return None
         seen, missed = _read(path, intents, {}), 0
-        for db in _polls(path, session.proc):
+        # Plain reads between the gates, every 0.5 ms (a WAL reader never delays the controller's
+        # writes): a local spawn's window is a few ms, which 2-ms polls under an exclusive lock each
+        # missed three times running. The lock is taken only to hold an unrecorded launch so.
+        for db in _polls(path, session.proc, interval_s=0.0005):
             if db is None:
                 continue
-            # a gate: each poll reads under an exclusive lock, so an intent read unrecorded stays
-            # so (the controller's record waits behind the lock) while the server is awaited
-            db.execute("BEGIN EXCLUSIVE")
             try:
-                for key, token in intents(db).items():
-                    if seen.get(key) == token:
-                        continue
+                fresh = {key: token for key, token in intents(db).items() if seen.get(key) != token}
+                if any(not recorded(db, key) for key in fresh):
+                    db.execute("BEGIN EXCLUSIVE")  # a gate: the controller's record waits behind it
+                    try:
+                        for key, token in fresh.items():
+                            if not recorded(db, key):
+                                hit = _wait_token_process(token, session.proc)
+                                return f"{self.of} {key}: spawned (token {token[:8]}), not recorded" if hit else None
+                    finally:
+                        db.execute("ROLLBACK")
+                for key, token in fresh.items():  # intent and record both came between two polls
                     seen[key] = token
-                    if not recorded(db, key):
-                        if _wait_token_process(token, session.proc):
-                            return f"{self.of} {key}: spawned (token {token[:8]}), not recorded"
-                        return None
-                    missed += 1  # intent and record both came between two polls
+                    missed += 1
                     if self.or_recorded or missed >= self.tries:
                         return f"{self.of} {key}: spawned (token {token[:8]}), recorded before the lock"
             except sqlite3.OperationalError:
                 pass  # the schema is not written yet
-            finally:
-                db.execute("ROLLBACK")
         return None
 
 
-def _polls(path: Path, proc: subprocess.Popen) -> Iterator[sqlite3.Connection | None]:
-    """One connection to `path` (None until the file exists), every 2 ms while `proc` runs: the
-    polls must be quick, and opening a connection per poll loses a fast launch's window."""
+def _polls(path: Path, proc: subprocess.Popen, interval_s: float = 0.002) -> Iterator[sqlite3.Connection | None]:
+    """One connection to `path` (None until the file exists), every `interval_s` while `proc` runs:
+    the polls must be quick, and opening a connection per poll loses a fast launch's window."""
     db = None
     try:
         while proc.poll() is None:
             if db is None and path.exists():
                 db = sqlite3.connect(path, timeout=30, isolation_level=None)
             yield db
-            time.sleep(0.002)
+            time.sleep(interval_s)
     finally:
         if db is not None:
             db.close()
