@@ -9,11 +9,22 @@ import pytest
 import yaml
 
 from sweeper.models.random_gguf import write_random_gguf
+from sweeper.spec import hosts as hosts_spec
+from sweeper.spec.hosts import HostsFile, HostSpec
 from tests.support.cli import SECRETS, Cli
 from tests.support.faults import stop_servers_under
 from tests.support.paths import DEMO_SPACE, ROOT
 from tests.support.ports import worker_port
 from tests.support.spaces import ONE_SEED_SPACE, TINY_SPACE
+
+
+@pytest.fixture(autouse=True)
+def builtin_host_in_worker_range(monkeypatch):
+    # A folder without hosts.yaml runs on the built-in local host, base port 31000: two workers' sweeps
+    # on it raced for one port, and a lost race is a port_busy trial retried (a first-hour test saw
+    # 2 trials where it ran 1). In-process runs read the module's value when they load hosts.
+    monkeypatch.setattr(hosts_spec, "BUILTIN_HOSTS",
+                        HostsFile(hosts={"local": HostSpec(transport="local", base_port=worker_port(31000))}))
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import json
 import pytest
 
 from sweeper.sim.nvidia_smi import BUSY_W
+from tests.support.ports import worker_port
 from tests.support.sshd import install_stand_in
 
 IDLE_MIB = 3  # the stand-in's idle reading per GPU
@@ -23,6 +24,7 @@ def test_each_launched_trial_records_memory_before_serving_and_after(cli, tmp_pa
 hosts:
   local:
     transport: local
+    base_port: {worker_port(31000)}
     gpus: 8
     gpu_gate: "on"
     gpu_release_timeout_s: 30

@@ -235,7 +235,11 @@ def test_campaign_sigkilled_at_20_moments_in_every_phase_then_resumed_matches_an
     # kill then comes just after it), rarely all three
     caught = {"validation study created, nothing queued", "first round half queued", "a later round half queued"}
     assert caught & set(hits), "no validation set-up or round caught half done"
-    assert "validation: queued trial" in "\n".join(run.outputs)  # what the kill left of a planned round
+    # a round caught half queued: the resume queues what the kill left of it (a CI run caught
+    # only the set-up half made, which leaves no round; tests/unit/workflows/test_campaign_plan.py
+    # checks the queueing itself)
+    if {"first round half queued", "a later round half queued"} & set(hits):
+        assert "validation: queued trial" in "\n".join(run.outputs)
     assert any(hit.startswith("profile ") for hit in hits)  # between its spawn and record, or just after
     assert any(hit.startswith("trial ") and "spawned" in hit and kill.where == "validate"  # or just after
                for hit, kill in zip(hits, run.kills))

@@ -112,6 +112,15 @@ def test_repeats_match_the_published_two_sample_t_test_sample_sizes(effect, n):
     assert repeats_to_detect(0.05 * effect, 0.05, cap=500) == n
 
 
+def test_power_is_a_number_where_scipys_lower_tail_is_nan():
+    """A CI run's ablation pilot had a CV of 0.0028078334892499904: scipy's noncentral t gave nan
+    for the far lower tail there, and the power (nan) failed the 0.8 bar at 2 runs."""
+    cv = 0.0028078334892499904
+    assert ttest_power(0.05 / cv, 2) == pytest.approx(1.0, abs=1e-6) and repeats_to_detect(0.05, cv) == 2
+    effects = np.linspace(0.5, 30, 60)
+    assert all(0 < ttest_power(e, n) <= 1 for e in effects for n in (2, 3, 5, 10))
+
+
 def test_the_chosen_repeats_have_the_power_in_a_simulation():
     """2.1% noise, a 5% change: scipy's t test on simulated runs finds it at about the stated
     power with the chosen n, and clearly less often with one run fewer."""
