@@ -22,6 +22,20 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+LOST_GROUP = ("--dist loadgroup ran this xdist_group's tests apart: this pytest and pytest-xdist drop the "
+              "group (pytest-xdist #1386, pytest 9.2 with xdist 3.8; pyproject.toml pins pytest below 9.2)")
+
+
+@pytest.fixture(autouse=True)
+def kept_in_its_xdist_group(request):
+    """Fail a grouped test that --dist loadgroup did not group (pytest-xdist adds the group to its
+    node id): with the group silently dropped, each worker built the shared module fixtures again
+    (the llama.cpp campaign twice, 466 s of worker time; bench/test_suite.md)."""
+    if getattr(request.config.option, "loadgroup", False) and request.node.get_closest_marker("xdist_group") \
+            and "@" not in request.node.nodeid:
+        pytest.fail(LOST_GROUP, pytrace=False)
+
+
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path_factory, monkeypatch):
     """Keep the user's home (ssh config, caches) and NCCL/SGLang knobs out of tests."""

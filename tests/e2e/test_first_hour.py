@@ -165,7 +165,7 @@ def test_a_duplicate_key_is_reported_with_the_files_other_problems(tmp_path):
 
 
 def test_doctor_gives_one_problem_line_for_one_wrong_python(tmp_path):
-    (tmp_path / "hosts.yaml").write_text("hosts:\n  local: {transport: local, python: /nonexistent/python}\n")
+    (tmp_path / "hosts.yaml").write_text(f"hosts:\n  local: {{transport: local, python: /nonexistent/python, base_port: {PORT}}}\n")
     demo_space(tmp_path)
     result = invoke_in(tmp_path, "doctor", "space.yaml")
     assert result.exit_code == 1 and "Traceback" not in result.output
