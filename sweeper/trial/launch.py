@@ -187,7 +187,8 @@ def _stop_and_release(ctx: TrialContext, outcome: TrialOutcome, timer: Callable,
         ctx.on_stage("stop")  # into the study, which another process may hold locked: a Ctrl-C
         # raised when that write ends must still stop the server (issue 32)
     finally:
-        report = stop(host, proc, port, ctx.space.launch.stop_grace_s)
+        port_busy = outcome.failure is not None and outcome.failure.kind == FailureKind.PORT_BUSY
+        report = stop(host, proc, port, ctx.space.launch.stop_grace_s, port_ours=not port_busy)
         outcome.stage_seconds["stop"] = round(time.monotonic() - started, 3)
     (trial_dir / "stop.json").write_text(json.dumps(asdict(report), indent=2))
     if report.left_behind and outcome.failure is None:
@@ -361,11 +362,13 @@ def _generates(base_url: str, model: str, info: EngineInfo) -> bool:
         return False  # healthy but cannot generate yet: keep polling until the deadline
 
 
-def stop(host: Host, proc: ServerProcess, port: int, grace_s: float) -> StopReport:
-    """SIGTERM the group, wait, SIGKILL; then confirm the port is free."""
+def stop(host: Host, proc: ServerProcess, port: int, grace_s: float, port_ours: bool = True) -> StopReport:
+    """SIGTERM the group, wait, SIGKILL; then confirm the port is free (for up to 10 s). Not where
+    another process held it (`port_ours` False: a port_busy start-up): that holder stays, and the
+    wait would add 10 s to every such trial."""
     report = host.stop_group(proc, grace_s)
     deadline = time.monotonic() + 10
-    while not host.port_is_free(port) and time.monotonic() < deadline:
+    while port_ours and not host.port_is_free(port) and time.monotonic() < deadline:
         time.sleep(0.1)
     return report
 

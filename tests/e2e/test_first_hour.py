@@ -300,6 +300,12 @@ def test_pip_install_of_a_clone_then_init_doctor_and_demo_in_an_empty_folder(tmp
                            capture_output=True, text=True)
     assert where.stdout.startswith(str(site)), where  # the installed package, not the checkout
     assert run("init").returncode == 0 and {p.name for p in empty.iterdir()} == {"space.yaml", "hosts.yaml"}
+    # A newcomer's 31000 is free; here the other worker's sweeps may hold it (clean-clone run,
+    # 2026-12-06: doctor's "ports: in use on local: 31000").
+    hosts = empty / "hosts.yaml"
+    written = hosts.read_text()
+    assert "base_port: 31000 " in written
+    hosts.write_text(written.replace("base_port: 31000 ", f"base_port: {PORT} ", 1))
     doctor = run("doctor", "space.yaml")
     assert doctor.returncode == 0 and "problem" not in doctor.stdout, doctor.stdout + doctor.stderr
     demo = run("demo", "--trials", "2")

@@ -27,6 +27,8 @@ def level(tok_s: float, valid: bool = True) -> dict:
 
 def record(study, params, outcome, **attrs):
     """Record `outcome` as a finished trial of `study` (its attrs, constraints, objective); its number."""
+    if params:  # else the sampler's draw
+        study.enqueue_trial(params)
     trial = study.ask({"tp": optuna.distributions.CategoricalDistribution([4, 8])})
     for key, value in {**outcome_attrs(outcome), **attrs}.items():
         trial.set_user_attr(key, value)

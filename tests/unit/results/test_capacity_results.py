@@ -58,6 +58,7 @@ def study() -> optuna.Study:
     study.set_user_attr("space_text", SPACE_TEXT)
     for batch, gpus in ((5, 1), (12, 2), (64, 4)):  # capacity 5 (1, 2, 4, 8, 6, 5), 12, 16 (capped)
         outcome = searched(batch, gpus)
+        study.enqueue_trial({"tp": gpus})  # the params its config_key names, not the sampler's draw
         trial = study.ask({"tp": optuna.distributions.CategoricalDistribution([1, 2, 4])})
         for key, value in {**outcome_attrs(outcome), "config_key": f'{{"tp": {gpus}}}'}.items():
             trial.set_user_attr(key, value)
