@@ -32,15 +32,16 @@ def test_find_capacity_in_concurrency_lands_on_the_truth(cli):
 
 def test_find_capacity_in_rate(cli):
     # Fixed arrivals: 4 slots of 120 ms serve 33.3 req/s; above that the queue grows over the level
-    # (at 36 req/s by 2.2 ms a request: past the SLO within the level's 180 requests).
+    # (at 36 req/s by 2.2 ms a request: past the SLO within the level's 180 requests, 5 s of arrivals).
+    # From 16 req/s: 7 levels (16, 32, 64, then halving down to 34), 55 s; from 4, 9 levels, 67 s.
     with refserver(TTFT_MS, GAP_MS, max_batch=BATCH) as url:
-        result = cli.run("load", url, "--find-capacity", "--rate", "4", "--fixed-rate", "--slo-p99-ttft-ms", "100",
+        result = cli.run("load", url, "--find-capacity", "--rate", "16", "--fixed-rate", "--slo-p99-ttft-ms", "100",
                          "--input-len", "8", "--output-len", str(OUTPUT_LEN), "--resolution", "0.1", "--max-client-lag-ms", "50",
                          "--json-file", "cap.json")
     assert result.returncode == 0, result.stderr + result.stdout
     record = json.loads((cli.workdir / "cap.json").read_text())
     assert 20 <= record["capacity_rate"] <= 36 and record["first_failing"] <= record["capacity_rate"] * 1.1
-    assert [level["load"] for level in record["levels"]][:3] == [4, 8, 16]
+    assert [level["load"] for level in record["levels"]][:3] == [16, 32, 64]
     for level in record["levels"]:
         assert level["request_rate"] == level["load"]
         assert abs(level["achieved_request_rate"] - level["load"]) < 0.2 * level["load"]

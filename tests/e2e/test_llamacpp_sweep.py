@@ -51,7 +51,7 @@ derived:
 rules:
   - {{forbid: "cache_type == 'q8_0' and flash_attn == 'off'", reason: quantized V cache needs flash attention}}
 check: {{mode: none, max_tokens: 4}}
-workload: {{input_len: 8, output_len: 32, concurrency: [1, 4, 16], min_rounds: 2, warmup_rounds: 1,
+workload: {{input_len: 8, output_len: 16, concurrency: [1, 4, 16], min_rounds: 2, warmup_rounds: 1,
            max_client_lag_ms: 250, measure: rounds}}
 objective: {{metric: output_throughput, level: 16}}
 budget: {{trials: 6}}
@@ -129,7 +129,7 @@ def remeasure(cli, argv: list[str], port: int) -> float:
         wait_healthy(f"http://127.0.0.1:{port}/health", server)
         out = cli.workdir / f"load-{port}.json"
         load = cli.run("load", f"http://127.0.0.1:{port}", "--concurrency", "16", "--input-len", "8",
-                       "--output-len", "32", "--requests-per-level", str(REMEASURE_REQUESTS),
+                       "--output-len", "16", "--requests-per-level", str(REMEASURE_REQUESTS),
                        "--json-file", str(out), timeout=300)
         # exit 3 = a validity flag (e.g. client lag on 2 shared cores); the token rate still counts
         assert load.returncode in (0, 3), load.stderr[-2000:]
