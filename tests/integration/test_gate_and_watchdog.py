@@ -63,6 +63,8 @@ def samples_of(outcome):
     return [OutputSample.from_dict(s) for s in outcome.output_samples]
 
 
+@pytest.mark.alone  # five trials' load levels: beside the other worker the client's turnaround spoiled C=4
+# (achieved concurrency 3.80 of 4, clean-clone run 2026-12-06), which the load generator rightly refuses
 def test_gate_passes_every_tp_size_against_a_tp8_reference_and_catches_garbage(host, tmp_path):
     first, _ = trial(host, tmp_path, {}, name="tp8")
     assert passed_the_gate(first), first.failure  # no reference yet: the detector passes healthy text
