@@ -225,9 +225,19 @@ def test_shell_completion_can_be_installed(monkeypatch):
     assert "--install-completion" in CliRunner().invoke(app, ["--help"]).output
 
 
+def into_this_workers_range(hosts: Path) -> None:
+    """The base port `init` wrote (31000) moved to this worker's: a newcomer's 31000 is free, here the
+    other worker's sweeps may hold it (clean-clone runs, 2026-12-06: doctor's "ports: in use on local:
+    31000", in both tests that run `init`)."""
+    written = hosts.read_text()
+    assert "base_port: 31000 " in written
+    hosts.write_text(written.replace("base_port: 31000 ", f"base_port: {PORT} ", 1))
+
+
 def test_init_writes_a_space_and_hosts_that_doctor_accepts_and_never_overwrites(tmp_path):
     result = invoke_in(tmp_path, "init")
     assert result.exit_code == 0 and (tmp_path / "space.yaml").is_file() and (tmp_path / "hosts.yaml").is_file()
+    into_this_workers_range(tmp_path / "hosts.yaml")
     assert invoke_in(tmp_path, "doctor", "space.yaml").exit_code == 0
     (tmp_path / "space.yaml").write_text("mine")
     again = invoke_in(tmp_path, "init", "--template", "dsv4-flash-sm12")
@@ -300,12 +310,7 @@ def test_pip_install_of_a_clone_then_init_doctor_and_demo_in_an_empty_folder(tmp
                            capture_output=True, text=True)
     assert where.stdout.startswith(str(site)), where  # the installed package, not the checkout
     assert run("init").returncode == 0 and {p.name for p in empty.iterdir()} == {"space.yaml", "hosts.yaml"}
-    # A newcomer's 31000 is free; here the other worker's sweeps may hold it (clean-clone run,
-    # 2026-12-06: doctor's "ports: in use on local: 31000").
-    hosts = empty / "hosts.yaml"
-    written = hosts.read_text()
-    assert "base_port: 31000 " in written
-    hosts.write_text(written.replace("base_port: 31000 ", f"base_port: {PORT} ", 1))
+    into_this_workers_range(empty / "hosts.yaml")
     doctor = run("doctor", "space.yaml")
     assert doctor.returncode == 0 and "problem" not in doctor.stdout, doctor.stdout + doctor.stderr
     demo = run("demo", "--trials", "2")

@@ -9,7 +9,7 @@ import pytest
 
 from sweeper.hosts.procfs import live_group_members
 from tests.support.ports import worker_port
-from tests.support.spaces import line_of
+from tests.support.spaces import TINY_SPACE, line_of
 
 pytestmark = pytest.mark.slow
 
@@ -104,7 +104,12 @@ def test_best_script_runs_the_winner(cli):
     """`sweeper best --script` prints a launch script that really starts the best config."""
     import subprocess
 
-    assert cli.run("sweep", "tiny.yaml", "--study", "b1", "--trials", "2").returncode == 0
+    # what is checked is the script: a client lagging beside the other worker (p99 6.3 ms over the
+    # 5-ms bar, 2026-12-06) left the baseline unmeasured and no trial feasible
+    lenient = TINY_SPACE.replace("warmup_rounds: 1}", "warmup_rounds: 1, max_client_lag_ms: 50}")
+    assert lenient != TINY_SPACE
+    (cli.workdir / "lenient.yaml").write_text(lenient)
+    assert cli.run("sweep", "lenient.yaml", "--study", "b1", "--trials", "2").returncode == 0
     result = cli.run("best", "b1", "--script")
     assert result.returncode == 0, result.stderr
     script = result.stdout
