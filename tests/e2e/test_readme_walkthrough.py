@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import DEMO_SPACE
+from tests.support.ports import worker_port
 from tests.support.readme import block_commands, code_blocks, inline_commands, readme, section
 from tests.support.waiting import wait_for
 
@@ -97,8 +98,11 @@ def test_every_walkthrough_command_runs_on_the_simulator(cli):
     assert result.returncode == 0 and "campaign dsv4: done" in result.stdout, (resume, result.stdout, result.stderr)
     assert sorted((study / "trials").iterdir()) == launched, "a resumed finished campaign launched again"
 
-    alone = cli.workdir / "search-alone"  # no hosts.yaml there: the built-in local host
+    alone = cli.workdir / "search-alone"
     alone.mkdir()
+    # the built-in local host, at this worker's ports: at 31000 the other worker's server took the
+    # port, and the retry came after the 1-trial budget (a clean-clone run, 2026-12-06)
+    (alone / "hosts.yaml").write_text(f"hosts:\n  local: {{transport: local, base_port: {worker_port(31000)}}}\n")
     (alone / "space.yaml").write_text(small_demo_space(DEMO_SPACE.read_text(), trials=1))
     result = subprocess.run(["bash", "-c", search_alone], cwd=alone, env=env, capture_output=True, text=True,
                             timeout=600)

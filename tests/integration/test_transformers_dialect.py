@@ -172,7 +172,9 @@ def test_sweeper_load_with_engine_transformers_sends_what_it_accepts(tmp_path):
     assert result.exit_code in (0, 3), result.output  # 3: a level invalid (see assert_valid)
     assert all(set(p) <= ACCEPTED and "messages" in p for p in strict.payloads)
     records = json.loads(out.read_text())
-    assert len(records) == 2 and records[0]["tokens_per_chunk"] == 1.0
+    # one token an event; a busy client may read two events in one wake-up (1.09 in a clean-clone
+    # run beside the other worker, 2026-12-06), never the whole answer in one
+    assert len(records) == 2 and 1.0 <= records[0]["tokens_per_chunk"] < 1.5
     for record in records:
         assert_valid((record["invalid_reason"] or "") and record["invalid_reason"].split("; "))
     refused = CliRunner().invoke(app, ["load", "http://127.0.0.1:9", "--engine", "vllm9", "--model", "m"])
