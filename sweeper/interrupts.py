@@ -31,6 +31,7 @@ class _State:
     held = 0  # storage calls under way in the main thread
     pending = False  # a signal came during one of them
     signum: int | None = None  # the last one raised
+    unraisable_hook = sys.__unraisablehook__  # the one before ours, for everything else
     stopping = False  # an interrupt was raised: the command is ending
 
 
@@ -50,7 +51,7 @@ def _resend_lost(unraisable) -> None:
     if issubclass(unraisable.exc_type, KeyboardInterrupt) and _STATE.signum is not None:
         threading.Timer(RESEND_S, os.kill, (os.getpid(), _STATE.signum)).start()
     else:
-        sys.__unraisablehook__(unraisable)
+        _STATE.unraisable_hook(unraisable)
 
 
 @contextmanager
@@ -59,13 +60,13 @@ def signals_as_interrupt() -> Iterator[None]:
     during storage calls); one this process was started ignoring (nohup, a background job) stays
     ignored."""
     previous = {s: signal.signal(s, _raise_or_hold) for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN}
-    previous_hook, sys.unraisablehook = sys.unraisablehook, _resend_lost
+    _STATE.unraisable_hook, sys.unraisablehook = sys.unraisablehook, _resend_lost
     try:
         yield
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        sys.unraisablehook = previous_hook
+        sys.unraisablehook = _STATE.unraisable_hook
         _STATE.pending = _STATE.stopping = False
         _STATE.signum = None
 
