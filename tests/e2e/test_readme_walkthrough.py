@@ -100,8 +100,9 @@ def test_every_walkthrough_command_runs_on_the_simulator(cli):
 
     alone = cli.workdir / "search-alone"
     alone.mkdir()
-    # the built-in local host, at this worker's ports: at 31000 the other worker's server took the
-    # port, and the retry came after the 1-trial budget (a clean-clone run, 2026-12-06)
+    # a hosts.yaml naming `local` as the built-in host does, but at this worker's ports: at the built-in
+    # 31000 the other worker's server took the port, and the retry came after the 1-trial budget
+    # (a clean-clone run, 2026-12-06)
     (alone / "hosts.yaml").write_text(f"hosts:\n  local: {{transport: local, base_port: {worker_port(31000)}}}\n")
     (alone / "space.yaml").write_text(small_demo_space(DEMO_SPACE.read_text(), trials=1))
     result = subprocess.run(["bash", "-c", search_alone], cwd=alone, env=env, capture_output=True, text=True,
