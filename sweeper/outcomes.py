@@ -139,3 +139,4 @@ class LevelMetrics(TypedDict, total=False):
     cv_output_throughput: float
     unstable: bool
     median_repeat: int
+    repeat_invalid_reasons: list[list[str]]  # each repeat's own (spoiled_by_client reads them)

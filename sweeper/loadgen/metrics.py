@@ -11,8 +11,10 @@ MIN_CONCURRENCY_FRACTION of the target (closed loop only; named `client turnarou
 client's own gaps between a request's end and its next send account for the shortfall); the
 measured run's first round met a one-time stall (first_round_stall); or the client's own event loop lagged (p99 oversleep of its ticker above MAX_CLIENT_LAG_P99_MS: the
 client, not the server, was then adding latency). The two client reasons are the harness's
-faults (spoiled_by_client): the level is measured again, never the config's failure. Repeats of a level (combine_repeats) are flagged `unstable`, not invalid, when
-the coefficient of variation of their output throughput exceeds UNSTABLE_CV.
+faults (spoiled_by_client): the level is measured again, never the config's failure; so is a
+concurrency shortfall in a run whose client lagged. Repeats of a level (combine_repeats) are
+flagged `unstable`, not invalid, when the coefficient of variation of their output throughput
+exceeds UNSTABLE_CV; a combined level keeps each repeat's reasons (`repeat_invalid_reasons`).
 
 A level whose stream was coarse (more than COARSE_TOKENS_PER_CHUNK tokens per chunk on average,
 e.g. `transformers serve` under load) is flagged `coarse_stream` with a note, not made invalid:
@@ -44,6 +46,7 @@ CLIENT_LAGGED = "client lagged"
 # a request's end and its next send reaches the target: the client's turnaround, not the server.
 CLIENT_TURNAROUND = "client turnaround"
 HARNESS_FAULTS = (CLIENT_LAGGED, CLIENT_TURNAROUND)
+CONCURRENCY_SHORTFALL = "achieved concurrency"
 # A measured run whose first round waited this many times longer for its first token than the
 # rounds after it (and at least STALL_MIN_S longer), also per prompt token it prefilled alongside,
 # met a one-time stall: a compile or first allocation the warm-up did not reach (vLLM 0.24 on the
@@ -196,7 +199,7 @@ def _concurrency_shortfall(concurrency: int | None, achieved: float, turnaround_
         return None
     client = math.isfinite(achieved) and achieved + turnaround_concurrency >= bar
     return ((f"{CLIENT_TURNAROUND}: " if client else "")
-            + f"achieved concurrency {achieved:.2f} below {MIN_CONCURRENCY_FRACTION:.0%} of target {concurrency}"
+            + f"{CONCURRENCY_SHORTFALL} {achieved:.2f} below {MIN_CONCURRENCY_FRACTION:.0%} of target {concurrency}"
             + (f" (the client's own gaps between a request's end and its next send held "
                f"{turnaround_concurrency:.2f} requests out of flight)" if client else ""))
 
@@ -209,9 +212,22 @@ def _client_lag(lag: LagStats | None, max_client_lag_ms: float) -> str | None:
 
 
 def spoiled_by_client(metrics: dict) -> bool:
-    """Invalid for the client's own lag or turnaround alone: the harness's fault, not the server's."""
-    reasons = metrics.get("invalid_reasons") or []
-    return bool(reasons) and all(r.startswith(HARNESS_FAULTS) for r in reasons)
+    """Invalid for the client alone, the harness's fault, not the server's: every invalid run of
+    the level (each repeat, where it was combined) was the client's (_spoiled_run)."""
+    runs = metrics.get("repeat_invalid_reasons") or [metrics.get("invalid_reasons") or []]
+    invalid = [reasons for reasons in runs if reasons]
+    return bool(invalid) and all(_spoiled_run(reasons) for reasons in invalid)
+
+
+def _spoiled_run(reasons: Sequence[str]) -> bool:
+    """One run's reasons, all the client's: its lag, its turnaround, or a concurrency shortfall
+    where the client lagged. A closed loop's requests in flight are the client's to keep (failed
+    requests aside, which have reasons of their own), and a late loop sends late and stamps a
+    run's start before sends that go out late. The simulator's best config once measured 3.67 of
+    4 in flight while the client lagged 15 ms (p99): recorded as the config's invalid
+    measurement, it scored nothing and the campaign named the runner-up."""
+    lagged = any(r.startswith(CLIENT_LAGGED) for r in reasons)
+    return all(r.startswith(HARNESS_FAULTS) or (lagged and r.startswith(CONCURRENCY_SHORTFALL)) for r in reasons)
 
 
 def first_round_stall(completed: Sequence[RequestSample], concurrency: int, time_scale: float = 1.0) -> str | None:
@@ -418,8 +434,9 @@ def coefficient_of_variation(values: Sequence[float]) -> float:
 def combine_repeats(summaries: Sequence[LevelMetrics]) -> LevelMetrics:
     """One level's summary from its repeats: the median repeat by output throughput (the lower
     middle one for an even count), valid only when every repeat is, with `repeats`,
-    `repeat_output_throughputs`, `cv_output_throughput`, `unstable` (CV > UNSTABLE_CV) and
-    `median_repeat` (its index)."""
+    `repeat_output_throughputs`, `cv_output_throughput`, `unstable` (CV > UNSTABLE_CV),
+    `median_repeat` (its index) and `repeat_invalid_reasons` (each repeat's, which the combined
+    `invalid_reasons` prefix with "repeat N: ")."""
     if not summaries:
         raise ValueError("no repeats to combine")
     throughputs = [s["output_throughput"] for s in summaries]
@@ -431,6 +448,7 @@ def combine_repeats(summaries: Sequence[LevelMetrics]) -> LevelMetrics:
     cv = coefficient_of_variation(throughputs)
     return {
         **summaries[middle],
+        "repeat_invalid_reasons": [list(s["invalid_reasons"]) for s in summaries],
         "repeats": len(summaries),
         "median_repeat": middle,
         "repeat_output_throughputs": throughputs,

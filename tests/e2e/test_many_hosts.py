@@ -132,13 +132,16 @@ def running_on(url: str, name: str, host: str):
     return None
 
 
-def launched_on(url: str, name: str, host: str):
-    """A RUNNING trial of `host` whose server is up or starting."""
+def starting_on(url: str, name: str, host: str):
+    """A RUNNING trial of `host` whose server is starting (`--load-seconds: 400`: 4 s of wait_ready,
+    where only the interrupt ends it; a trial polled later, in its output check or its stop, can
+    end first: the garbage seed failed its check just before a Ctrl-C, rightly not `interrupted`)."""
     try:
         trials = load(url, name).get_trials(states=(TrialState.RUNNING,))
     except KeyError:
         return None
-    return next((t for t in trials if t.user_attrs.get("host") == host and "process" in t.user_attrs), None)
+    return next((t for t in trials if t.user_attrs.get("host") == host and "process" in t.user_attrs
+                 and t.user_attrs.get("stage") == "wait_ready"), None)
 
 
 def lease_holder_pid(url: str, slot: str) -> int:
@@ -250,7 +253,7 @@ def test_ctrl_c_stops_every_workers_server_and_a_later_worker_requeues_the_trial
     try:
         def both_serving():
             assert sweep.poll() is None, "the sweep ended before both hosts served"
-            found = [launched_on(pg_url, "i1", h) for h in ("a", "b")]
+            found = [starting_on(pg_url, "i1", h) for h in ("a", "b")]
             return found if all(found) else None
 
         running = wait_for(both_serving, timeout=240, interval=0.05)

@@ -6,6 +6,7 @@ from dataclasses import replace
 from sweeper.loadgen.client import LevelRun, RequestSample
 from sweeper.loadgen.lag import LagStats
 from sweeper.loadgen.ladder import HARNESS_RETRIES, LoadPlan, run_ladder
+from sweeper.loadgen.metrics import spoiled_by_client
 
 
 def sample(start: float, tokens: int = 8) -> RequestSample:
@@ -43,18 +44,37 @@ def test_a_client_that_always_lags_is_retried_a_bounded_number_of_times():
     assert all(r.startswith("client lagged") for r in levels[2]["invalid_reasons"])
 
 
+def test_a_repeat_the_client_spoiled_after_its_retries_leaves_the_level_the_harnesss_fault():
+    """The trial's verdict (trial/pipeline.py): spoiled by the client, an infrastructure fault,
+    queued again; never the config's invalid measurement. A combined level's reasons carry a
+    "repeat N: " prefix, which once hid the client's reasons from this verdict."""
+    send, sent = sender([1.0, 9.0])  # the first repeat measured well, the second always lagged
+    levels, _ = run_ladder(replace(PLAN, repeats=2), send)
+    level = levels[2]
+    assert len(sent) == 1 + HARNESS_RETRIES + 1 and not level["valid"]
+    assert all(r.startswith("repeat 2: client lagged") for r in level["invalid_reasons"])
+    assert spoiled_by_client(level)
+
+    send, sent = sender([1.0, 9.0], tokens=4)  # short replies too: the server's
+    assert not spoiled_by_client(run_ladder(replace(PLAN, repeats=2), send)[0][2])
+
+
 def test_a_fault_of_the_server_is_not_retried():
     send, sent = sender([9.0], tokens=4)  # short replies, and the client lagged too
     levels, _ = run_ladder(PLAN, send)
     assert not levels[2]["valid"] and len(sent) == 1 and levels[2]["harness_retries"] == 0
 
 
-def turnaround_sender(gap_s: float, measured: bool = True):
-    """Two workers, each waiting gap_s between a request's end and its next send."""
+def turnaround_sender(gap_s: float, measured: bool = True, lags_ms: tuple[float, ...] = (0.2,),
+                      retry_gap_s: float | None = None):
+    """Two workers, each waiting gap_s between a request's end and its next send (retry_gap_s on
+    the runs after the first, if given); the client's lag p99 of each run in turn (the last repeats)."""
     sent = []
 
     def send(prompts, concurrency, until=None, offsets=None):
         sent.append(prompts)
+        gap_s_now = gap_s if len(sent) == 1 or retry_gap_s is None else retry_gap_s
+        lag = lags_ms[min(len(sent) - 1, len(lags_ms) - 1)]
         rounds = len(prompts) // concurrency
         samples, turnarounds = [], []
         for worker in range(concurrency):
@@ -63,9 +83,9 @@ def turnaround_sender(gap_s: float, measured: bool = True):
                 s = sample(t)
                 samples.append(s)
                 if r:
-                    turnarounds.append(gap_s)
-                t = s.end + gap_s
-        return LevelRun(samples, 0.0, max(s.end for s in samples), LagStats(10, 0.1, 0.2, 0.3),
+                    turnarounds.append(gap_s_now)
+                t = s.end + gap_s_now
+        return LevelRun(samples, 0.0, max(s.end for s in samples), LagStats(10, 0.1, lag, lag + 0.1),
                         turnarounds_s=turnarounds if measured else None)
     return send, sent
 
@@ -78,6 +98,14 @@ def test_concurrency_lost_to_the_clients_own_turnaround_is_a_harness_fault():
     [reason] = level["invalid_reasons"]
     assert reason.startswith("client turnaround: achieved concurrency") and "out of flight" in reason
     assert level["client_turnaround_concurrency"] > 0.4
+
+
+def test_concurrency_lost_while_the_client_lagged_is_measured_again():
+    """Gaps the client's stamps do not show, in a run whose loop lagged: the lag's (a late loop
+    sends late), so measured again; the retry's client kept up."""
+    send, sent = turnaround_sender(0.02, measured=False, lags_ms=(9.0, 0.2), retry_gap_s=0.0)
+    levels, _ = run_ladder(replace(PLAN, min_rounds=4), send)
+    assert len(sent) == 2 and levels[2]["harness_retries"] == 1 and levels[2]["valid"]
 
 
 def test_concurrency_lost_where_the_client_was_not_the_cause_is_the_servers():
