@@ -54,12 +54,15 @@ def enqueue_runs(study: optuna.Study, runs: list[tuple[str, dict]], seed_label: 
 
 
 def run_queue(handle: StudyHandle, host: Host, events: SweepEvents) -> None:
-    """Run exactly the queued trials (and nothing the sampler would propose)."""
+    """Run exactly the queued trials and the retries their infrastructure faults queue (at most
+    MAX_RETRIES each), nothing the sampler would propose. A retry queued after the count was taken
+    once went unrun: `validate` reported a finalist on one good run of two, its retry left waiting.
+    The study's budget grows to what ran plus what waits, where that passes it."""
     study = handle.study
     study.set_user_attr("controller", controller_identity())
-    waiting = len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
-    if waiting:
-        with interrupted_trials_failed(study):
+    with interrupted_trials_failed(study):
+        while waiting := len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,))):
+            study.set_user_attr("budget", max(int(study.user_attrs.get("budget") or 0), evaluations(study) + waiting))
             study.optimize(make_objective(handle, host, events), n_trials=waiting, catch=(InfraError,),
                            gc_after_trial=False)
 

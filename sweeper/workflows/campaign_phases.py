@@ -249,12 +249,6 @@ class Campaign:
 
     def _run_validation_queue(self, validation: StudyHandle) -> None:
         host = open_host(validation.host_name, validation.host_spec)
-        try:
-            queued = len(validation.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
-            validation.study.set_user_attr("budget", evaluations(validation.study) + queued)
-        except BaseException:
-            host.close()
-            raise
         self.io.run_trials(validation, host, lambda events: run_queue(validation, host, events))
 
     def profile_launches(self) -> int:

@@ -1,7 +1,8 @@
 """Ports of the engine's own, against the real simulator in a real study (trial/launch.py,
 sweeper/study/store.py): the preflight steps over a base port whose internal port another process holds,
 and a port taken between the preflight and the bind is an infrastructure fault, retried on another
-base port, never a config made infeasible. With DP attention the sim binds SGLang's TCP ports
+base port, never a config made infeasible; a queue of runs (validate, ablate: run_queue) runs that
+retry before it ends. With DP attention the sim binds SGLang's TCP ports
 --port + 233 .. + 238 (sim/ports.py) and logs SGLang's own lines when one is held."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 
 from sweeper.hosts.local import LocalHost
 from sweeper.study.store import create_study
-from sweeper.study.runs import run_sweep
+from sweeper.study.runs import enqueue_runs, run_queue, run_sweep
 from sweeper.study.trials import feasible_trials
 from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space_file import parse_space
@@ -58,14 +59,21 @@ def sweep(tmp_path):
     space_file.write_text(SPACE_TEXT)
     space = parse_space(SPACE_TEXT, str(space_file))
 
-    def run(events: Events) -> tuple[list[optuna.trial.FrozenTrial], list[int]]:
-        """The study's trials, and the numbers of its feasible ones."""
-        handle = create_study("ports", space, space_file, "local", spec, tmp_path / "results", None, 1)
+    def run(events: Events, queued: dict | None = None) -> tuple[list[optuna.trial.FrozenTrial], list[int]]:
+        """The study's trials, and the numbers of its feasible ones: a sweep, or a queue of one run
+        of the `queued` config."""
+        handle = create_study("ports", space, space_file, "local", spec, tmp_path / "results", None, 1,
+                              enqueue_seeds=queued is None)
         host = LocalHost("local", spec)
         try:
-            run_sweep(handle, host, events)
+            if queued is None:
+                run_sweep(handle, host, events)
+            else:
+                enqueue_runs(handle.study, [("baseline", queued)])
+                run_queue(handle, host, events)
         finally:
             host.close()
+        run.budget = handle.budget
         return handle.study.get_trials(), [t.number for t in feasible_trials(handle.study)]
 
     run.base, run.dir = base, tmp_path / "results" / "ports"
@@ -87,21 +95,27 @@ def test_the_preflight_steps_over_a_base_port_whose_internal_port_is_held(sweep)
     assert launched_port(sweep.dir, 0) == sweep.base + 10
 
 
-def test_a_port_taken_after_the_preflight_is_an_infra_fault_retried_on_another_port(sweep):
+def trial_0s_port_taken_at_launch(sweep, queued: dict | None = None):
+    """The run's trials and feasible numbers, trial 0's detokenizer port taken as its launch
+    begins: the preflight found it free; the engine's bind will not."""
     held: list[socket.socket] = []
 
     def take_detokenizer_port(name: str) -> None:
-        if name == "trial 0":  # the preflight found it free; the engine's bind will not
+        if name == "trial 0":
             sock = socket.socket()
             sock.bind(("127.0.0.1", sweep.base + DETOKENIZER))
             sock.listen()
             held.append(sock)
 
     try:
-        trials, feasible = sweep(Events(take_detokenizer_port))
+        return sweep(Events(take_detokenizer_port), queued)
     finally:
         for sock in held:
             sock.close()
+
+
+def test_a_port_taken_after_the_preflight_is_an_infra_fault_retried_on_another_port(sweep):
+    trials, feasible = trial_0s_port_taken_at_launch(sweep)
     first, retry = trials
     assert first.state == optuna.trial.TrialState.FAIL
     assert "Port is already in use" in first.user_attrs["infra_error"]
@@ -112,3 +126,15 @@ def test_a_port_taken_after_the_preflight_is_an_infra_fault_retried_on_another_p
     assert retry.state == optuna.trial.TrialState.COMPLETE and feasible == [1], retry.user_attrs
     assert retry.params == first.params
     assert launched_port(sweep.dir, 1) == sweep.base + 10
+
+
+def test_a_queued_run_met_by_an_infra_fault_is_run_again_before_the_queue_ends(sweep):
+    """`validate` once left the retry waiting: its finalist had one good run of two."""
+    params = {"tp_size": 8, "ep_size": 1, "moe_a2a_backend": "none", "moe_runner_backend": "marlin",
+              "nccl_proto": "Simple"}
+    trials, feasible = trial_0s_port_taken_at_launch(sweep, queued=params)
+    first, retry = trials
+    assert first.state == optuna.trial.TrialState.FAIL and "Port is already in use" in first.user_attrs["infra_error"]
+    assert retry.state == optuna.trial.TrialState.COMPLETE and feasible == [1], retry.user_attrs
+    assert retry.user_attrs["retry_of"] == 0 and retry.user_attrs["label"] == "baseline" and retry.params == params
+    assert sweep.budget == 1  # the one evaluation it ran: the failed launch was not one
