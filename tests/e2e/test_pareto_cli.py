@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from sweeper.search.pareto import dominates
-from tests.support.cli import server_in_load_stage
+from tests.support.cli import check_failures_retried, server_in_load_stage
 from tests.support.ports import free_port, worker_port
 from tests.support.waiting import wait_for
 
@@ -51,10 +51,6 @@ def cli(cli):
     return cli
 
 
-def load(cli, name: str) -> optuna.Study:
-    return optuna.load_study(study_name=name, storage=f"sqlite:///{cli.workdir}/results/{name}/study.db")
-
-
 def check_front(frame: pd.DataFrame, study: optuna.Study) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The front of the export is exactly the non-dominated feasible trials, and agrees with
     Optuna's own front (constraints considered; duplicates left out). Returns (front, dominated)."""
@@ -84,7 +80,7 @@ def test_a_pareto_sweep_gives_a_front_of_feasible_non_dominated_trials(cli):
 
     assert cli.run("leaderboard", "pf", "--csv", "pf.csv", "--json-file", "pf.json").returncode == 0
     frame = pd.read_csv(cli.workdir / "pf.csv")
-    study = load(cli, "pf")
+    study = cli.study("pf")
     assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
     assert study.metric_names == ["output_throughput@c4", "median_itl_ms@c1"]
     front, dominated = check_front(frame, study)
@@ -117,7 +113,7 @@ def test_a_pareto_sweep_gives_a_front_of_feasible_non_dominated_trials(cli):
     result = cli.run("validate", "pf", "--top", "2", "--repeats", "2", timeout=600)
     assert result.returncode == 0, result.stderr
     assert "front after re-run: trial" in result.stdout
-    rows = load(cli, "pf").user_attrs["validation"]["rows"]
+    rows = cli.study("pf").user_attrs["validation"]["rows"]
     assert {r["config"] for r in rows} == {f"trial {n}" for n in front["trial"][:2]}
     assert all(r["runs"] == 2 and r["mean"] > 0 and r["mean_2"] > 0 for r in rows if r["failed"] == 0)
 
@@ -134,16 +130,11 @@ def test_a_pareto_study_resumes_after_ctrl_c_with_both_objectives(cli):
     result = cli.run("resume", "pr", timeout=600)
     assert result.returncode == 0, result.stderr
     assert "Pareto front of output_throughput@c4 (higher is better) and p99_ttft_ms@c1" in result.stdout
-    study = load(cli, "pr")
+    study = cli.study("pr")
     assert len(study.directions) == 2
     assert cli.run("leaderboard", "pr", "--csv", "pr.csv").returncode == 0
     frame = pd.read_csv(cli.workdir / "pr.csv")
-    # the trial the Ctrl-C stopped, and any the client spoiled on a busy machine (an infrastructure
-    # fault): each failed and queued again
-    failed, retried = [t for t in study.trials if t.state.name == "FAIL"], set(frame["retry_of"].dropna().astype(int))
-    assert [bool(t.user_attrs.get("interrupted")) for t in failed].count(True) == 1, [t.user_attrs for t in failed]
-    assert all((t.user_attrs.get("interrupted") or t.user_attrs.get("infra_error")) and t.number in retried
-               for t in failed), [t.user_attrs for t in failed]
+    check_failures_retried(study.trials, interrupted=1)
     launched = frame[(frame["state"] == "COMPLETE") & frame["duplicate_of"].isna()]
     assert len(launched) == 4  # the budget in real evaluations, across the two runs
     keys = launched[["param_tp_size", "param_ep_size", "param_moe_runner_backend"]].astype(str).agg(",".join, axis=1)

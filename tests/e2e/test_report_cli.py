@@ -18,7 +18,6 @@ from pathlib import Path
 
 import matplotlib.image
 import numpy as np
-import optuna
 import pandas as pd
 import pytest
 
@@ -64,13 +63,8 @@ def demo(tmp_path_factory) -> Cli:
     cli = Cli(workdir)
     result = cli.run("sweep", "demo-sim.yaml", "--study", STUDY, "--trials", "4", timeout=280)
     assert result.returncode == 0, result.stderr
-    assert best_ranked_trial(load(cli)) is not None, f"no feasible trial in the sweep:\n{result.stdout[-4000:]}"
+    assert best_ranked_trial(cli.study(STUDY)) is not None, f"no feasible trial in the sweep:\n{result.stdout[-4000:]}"
     return cli
-
-
-def load(cli: Cli) -> optuna.Study:
-    url = f"sqlite:///{cli.workdir / 'results' / STUDY / 'study.db'}"
-    return optuna.load_study(study_name=STUDY, storage=url)
 
 
 def embedded_pngs(html: str) -> list[np.ndarray]:
@@ -125,7 +119,7 @@ def test_report_opens_in_headless_chromium_with_its_plots(demo):
 
 
 def test_gap_to_target_agrees_with_the_simulator_model(demo):
-    study = load(demo)
+    study = demo.study(STUDY)
     space = load_space(demo.workdir / "demo-sim.yaml")
     best = best_ranked_trial(study)
     gap = build_study_gap(study)
@@ -153,7 +147,7 @@ def test_leaderboard_exports_round_trip_with_provenance(demo):
     records = pd.read_json(demo.workdir / "lb.json", orient="records", dtype=dtypes)
     pd.testing.assert_frame_equal(csv, parquet, check_exact=False, rtol=1e-12)
     pd.testing.assert_frame_equal(records, parquet, check_exact=False, rtol=1e-12)
-    assert len(parquet) == len(load(demo).trials) and parquet["trial"].is_unique
+    assert len(parquet) == len(demo.study(STUDY).trials) and parquet["trial"].is_unique
     assert set(parquet["engine_version"]) == {sweeper.__version__} and set(parquet["engine"]) == {"sim"}
     assert parquet["gpu_model"].str.contains("RTX PRO 6000").all()
     assert set(parquet["host"].dropna()) == {"local"} and set(parquet["sweeper_version"]) == {sweeper.__version__}
@@ -198,7 +192,7 @@ def test_study_opens_in_optuna_dashboard(demo):
         assert study["directions"] == ["maximize"]
         detail = get_json(f"http://127.0.0.1:{port}/api/studies/{study['study_id']}")
         assert detail["objective_names"] == ["output_throughput@c16"]
-        assert len(detail["trials"]) == len(load(demo).trials)
+        assert len(detail["trials"]) == len(demo.study(STUDY).trials)
     finally:
         server.terminate()
         server.wait(timeout=20)

@@ -27,6 +27,7 @@ from sweeper.spec.rules import excluded_by_rule, violated_constraints
 from sweeper.spec.space_file import parse_space
 from sweeper.workflows.ablation import Measured, finalist_runs
 from sweeper.workflows.validation import plan_validation
+from tests.support.cli import check_failures_retried
 from tests.support.faults import (AfterStart, AtLine, AtStage, BetweenSpawnAndRecord, WhenStored, kill_and_resume,
                                   servers_left, study_attr, sweep_moments, token_processes)
 
@@ -57,12 +58,8 @@ SEED = "7"
 KILLS = 20
 
 
-def study_of(cli, name: str) -> optuna.Study:
-    return optuna.load_study(study_name=name, storage=f"sqlite:///{cli.workdir / 'results' / name / 'study.db'}")
-
-
 def stored(cli, name: str) -> list:
-    return study_of(cli, name).get_trials(deepcopy=False)
+    return cli.study(name).get_trials(deepcopy=False)
 
 
 def measured(trials) -> dict[str, dict]:
@@ -109,10 +106,8 @@ def check_after_resume(cli, name: str, run) -> list:
     assert cli.run("leaderboard", name, "--csv", f"{name}.csv").returncode == 0
     assert pd.read_csv(cli.workdir / f"{name}.csv")["trial"].is_unique
     assert not [t.number for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
-    retried = {t.user_attrs.get("retry_of") for t in trials}
+    check_failures_retried(trials)
     for t in trials:
-        if t.state == TrialState.FAIL:  # killed, or (a busy machine: the client lagged) an infrastructure fault
-            assert (t.user_attrs.get("interrupted") or t.user_attrs.get("infra_error")) and t.number in retried, t.number
         if t.state == TrialState.COMPLETE and t.user_attrs.get("levels"):
             assert sample_levels(cli, name, t.number) == sorted(map(int, t.user_attrs["levels"])), t.number
     return trials
@@ -133,7 +128,7 @@ def test_sigkill_at_20_moments_then_resume_matches_an_uninterrupted_run(cli):
     storm_trials = check_after_resume(cli, "storm", run)
     levels, optimum = modelled_run()
     assert level_numbers(measured(storm_trials)) == levels  # every config measured, none twice
-    storm_best = best_trial(study_of(cli, "storm"))
+    storm_best = best_trial(cli.study("storm"))
     assert storm_best is not None and storm_best.params == optimum
     print(f"winner {storm_best.params}: {storm_best.value:.2f} tok/s")
 
@@ -238,7 +233,7 @@ def replayed_validation(sweep: optuna.Study, validation: optuna.Study) -> tuple[
 
 
 def winner_params(cli, name: str) -> dict:
-    study = study_of(cli, name)
+    study = cli.study(name)
     verdict = study.user_attrs["campaign"]["phases"]["validate"]["verdict"]
     number = int(verdict["winner"].split()[-1])
     return next(t.params for t in study.get_trials(deepcopy=False) if t.number == number)
@@ -285,7 +280,7 @@ def test_campaign_sigkilled_at_20_moments_in_every_phase_then_resumed_matches_an
     # plans from the runs before it, each planned run completed once, and its verdict is the rule's
     levels, optimum = modelled_run()
     assert level_numbers(measured(storm_trials)) == levels
-    storm, storm_validation = study_of(cli, "storm"), study_of(cli, "storm-validate")
+    storm, storm_validation = cli.study("storm"), cli.study("storm-validate")
     replayed, verdict, completed = replayed_validation(storm, storm_validation)
     assert storm_validation.user_attrs["planned_runs"] == replayed
     assert completed == len(replayed), (completed, replayed)

@@ -9,6 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
 from sweeper.hosts.procfs import environ_has, live_group_members, read_environ
 from tests.support.paths import ROOT
 
@@ -31,6 +34,24 @@ class Cli:
     def start(self, *args: str) -> subprocess.Popen:
         return subprocess.Popen(self.argv(*args), cwd=self.workdir, env=self.env, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+    def study(self, name: str) -> optuna.Study:
+        """The study `name` as the CLI stored it (the default storage: results/NAME/study.db)."""
+        return optuna.load_study(study_name=name, storage=f"sqlite:///{self.workdir / 'results' / name / 'study.db'}")
+
+
+def check_failures_retried(trials: list[FrozenTrial], interrupted: int | None = None) -> None:
+    """Every failed trial was interrupted (a kill, a Ctrl-C) or an infrastructure fault (on a busy
+    machine, the load client that lagged) and was queued again; `interrupted`: how many of them the
+    interruption made."""
+    retried = {t.user_attrs.get("retry_of") for t in trials}
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    for t in failed:
+        assert (t.user_attrs.get("interrupted") or t.user_attrs.get("infra_error")) and t.number in retried, \
+            (t.number, t.user_attrs)
+    if interrupted is not None:
+        assert [bool(t.user_attrs.get("interrupted")) for t in failed].count(True) == interrupted, \
+            [t.user_attrs for t in failed]
 
 
 def stop_recorded_group(process: dict) -> None:
