@@ -12,7 +12,7 @@ client's own gaps between a request's end and its next send account for the shor
 measured run's first round met a one-time stall (first_round_stall); or the client's own event loop lagged (p99 oversleep of its ticker above MAX_CLIENT_LAG_P99_MS: the
 client, not the server, was then adding latency). The two client reasons are the harness's
 faults (spoiled_by_client): the level is measured again, never the config's failure; so is a
-concurrency shortfall in a run whose client lagged. Repeats of a level (combine_repeats) are
+concurrency shortfall or a first-round stall in a run whose client lagged. Repeats of a level (combine_repeats) are
 flagged `unstable`, not invalid, when the coefficient of variation of their output throughput
 exceeds UNSTABLE_CV; a combined level keeps each repeat's reasons (`repeat_invalid_reasons`).
 
@@ -47,6 +47,9 @@ CLIENT_LAGGED = "client lagged"
 CLIENT_TURNAROUND = "client turnaround"
 HARNESS_FAULTS = (CLIENT_LAGGED, CLIENT_TURNAROUND)
 CONCURRENCY_SHORTFALL = "achieved concurrency"
+FIRST_ROUND_STALL = "the first round waited"
+# What the client's own stamps time (its sends, its reads): a lagging client's, not the server's.
+CLIENT_TIMED = (CONCURRENCY_SHORTFALL, FIRST_ROUND_STALL)
 # A measured run whose first round waited this many times longer for its first token than the
 # rounds after it (and at least STALL_MIN_S longer), also per prompt token it prefilled alongside,
 # met a one-time stall: a compile or first allocation the warm-up did not reach (vLLM 0.24 on the
@@ -220,14 +223,16 @@ def spoiled_by_client(metrics: dict) -> bool:
 
 
 def _spoiled_run(reasons: Sequence[str]) -> bool:
-    """One run's reasons, all the client's: its lag, its turnaround, or a concurrency shortfall
-    where the client lagged. A closed loop's requests in flight are the client's to keep (failed
-    requests aside, which have reasons of their own), and a late loop sends late and stamps a
-    run's start before sends that go out late. The simulator's best config once measured 3.67 of
-    4 in flight while the client lagged 15 ms (p99): recorded as the config's invalid
-    measurement, it scored nothing and the campaign named the runner-up."""
+    """One run's reasons, all the client's: its lag, its turnaround, or, where the client lagged,
+    what its own stamps time (CLIENT_TIMED). A closed loop's requests in flight are the client's
+    to keep (failed requests aside, which have reasons of their own), and a late loop sends late
+    and reads late. The simulator's best config once measured 3.67 of 4 in flight while the client
+    lagged 15 ms (p99): recorded as the config's invalid measurement, it scored nothing and the
+    campaign named the runner-up. A busy machine's 55-ms hiccup read as a first-round stall while
+    the client lagged 28 ms: the only trial of a sweep failed. A real one-time stall (a compile)
+    is gone from the retry."""
     lagged = any(r.startswith(CLIENT_LAGGED) for r in reasons)
-    return all(r.startswith(HARNESS_FAULTS) or (lagged and r.startswith(CONCURRENCY_SHORTFALL)) for r in reasons)
+    return all(r.startswith(HARNESS_FAULTS) or (lagged and r.startswith(CLIENT_TIMED)) for r in reasons)
 
 
 def first_round_stall(completed: Sequence[RequestSample], concurrency: int, time_scale: float = 1.0) -> str | None:
@@ -252,7 +257,7 @@ def first_round_stall(completed: Sequence[RequestSample], concurrency: int, time
     first_pt, rest_pt = float(np.median(per_token[:concurrency])), float(np.median(per_token[concurrency:]))
     if not first_pt > STALL_FACTOR * rest_pt:
         return None
-    return (f"the first round waited {first * 1000:.0f} ms for its first token against {rest * 1000:.0f} ms "
+    return (f"{FIRST_ROUND_STALL} {first * 1000:.0f} ms for its first token against {rest * 1000:.0f} ms "
             f"after it ({first_pt * 1e6:.0f} against {rest_pt * 1e6:.0f} us per prompt token in prefill "
             "alongside it): a one-time stall (a compile, a first allocation) inside the measured run")
 

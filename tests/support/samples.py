@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 import math
 
 from sweeper.loadgen.client import RequestSample
+from tests.support.paths import FIXTURE_DIR
 
 
 def make_sample(
@@ -60,3 +63,10 @@ def two_requests():
     a = make_sample(0.0, [0.2, 0.4, 0.6, 1.0], chunk_tokens=[1, 1, 1, 2])
     b = make_sample(0.0, [0.1, 0.5, 0.9], end=0.98)
     return [a, b]
+
+
+def recorded_vllm_samples(name: str) -> list[RequestSample]:
+    """A level's samples as the client recorded them against vLLM 0.24 on the H200
+    (tests/fixtures/vllm/samples/NAME.json.gz)."""
+    path = FIXTURE_DIR / "vllm" / "samples" / f"{name}.json.gz"
+    return [RequestSample(**s) for s in json.loads(gzip.decompress(path.read_bytes()))]

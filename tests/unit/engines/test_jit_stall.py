@@ -11,6 +11,7 @@ from sweeper.spec.space import Workload
 from sweeper.loadgen.endpoints import RequestDialect
 from sweeper.trial.load_ladder import LadderRun, build_level_plan, measure_levels
 from tests.support.paths import FIXTURE_DIR
+from tests.support.samples import recorded_vllm_samples
 
 JIT = (FIXTURE_DIR / "vllm" / "jit_lines.txt").read_text()
 HEALTHY = (FIXTURE_DIR / "vllm" / "serve_defaults.log").read_text()
@@ -50,14 +51,6 @@ def test_a_compile_logged_during_the_measured_run_invalidates_that_level_only(tm
                for r in levels[4]["invalid_reasons"])
 
 
-def load_samples(name: str) -> list[RequestSample]:
-    import gzip
-    import json
-
-    path = FIXTURE_DIR / "vllm" / "samples" / f"{name}.json.gz"
-    return [RequestSample(**s) for s in json.loads(gzip.decompress(path.read_bytes()))]
-
-
 def test_the_real_first_round_stall_at_c64_invalidates_that_repeat():
     """The defaults seed on the H200, C=64, repeat 1: all 64 first-round requests waited ~760 ms
     for a first token, the rounds after ~72-118 ms; vLLM logged no JIT line for it. Before: valid,
@@ -65,7 +58,7 @@ def test_the_real_first_round_stall_at_c64_invalidates_that_repeat():
     from sweeper.loadgen.metrics import summarize_level
 
     def level(name):
-        samples = load_samples(name)
+        samples = recorded_vllm_samples(name)
         span = max(s.end for s in samples) - min(s.start for s in samples)
         return summarize_level(samples, 64, span, requested_output_len=64)
 
