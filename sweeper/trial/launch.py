@@ -322,12 +322,17 @@ def wait_ready(host: Host, proc: ServerProcess, info: EngineInfo, port: int, mod
             return crashed
         health = get_status(base_url + info.readiness.health_path)
         if health is not None and not host.listens_on(proc, port):
-            # Our server may have answered and died since (its socket gone with it): that is its
-            # crash. Else something else holds the port: never measure a server that is not ours.
+            # Our server may have answered and be dying (its socket gone, its exit or failure line
+            # a moment behind: llama-server answers 503 while loading, then died of a huge context's
+            # allocation and read as PORT_BUSY): a second look a poll later, then its crash. What
+            # answers again from a socket not ours holds the port: never measure it.
+            time.sleep(launch_cfg.poll_interval_s)
             if crashed := _crashed(host, proc, info, watch):
                 return crashed
-            return Crashed(FailureKind.PORT_BUSY, f"port {port} is answered by a process that is not this server",
-                           watch.tail())
+            if get_status(base_url + info.readiness.health_path) is not None and not host.listens_on(proc, port):
+                return Crashed(FailureKind.PORT_BUSY, f"port {port} is answered by a process that is not this server",
+                               watch.tail())
+            continue
         if health == 200 and _generates(base_url, model, info):
             return Ready(time.monotonic() - started)
         now = time.monotonic()

@@ -117,3 +117,29 @@ def test_a_port_taken_by_someone_else_is_never_measured(host, tmp_path):
         host.stop_group(proc, 1)
     finally:
         other.shutdown()
+
+
+def test_a_server_that_answered_and_is_dying_is_its_crash_not_a_busy_port(host, tmp_path):
+    """It answers /health once from a listener it closes as it answers, then takes a second to
+    die: its socket is gone before its exit. Before: PORT_BUSY (llama.cpp's huge context, once)."""
+    port = free_port(host)
+    code = f"""
+import http.server, sys, time
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.server.socket.close()
+        self.send_response(503); self.end_headers(); self.wfile.write(b'loading')
+        self.server.answered = True
+    def log_message(self, *a): pass
+server = http.server.HTTPServer(('127.0.0.1', {port}), H)
+server.answered = False
+print('Load weight begin', flush=True)
+while not server.answered:
+    server.handle_request()
+time.sleep(1.0)
+sys.exit(1)
+"""
+    proc = launch(host, tmp_path, code)
+    verdict = wait_ready(host, proc, SGLANG_INFO, port, "m", FAST)
+    assert isinstance(verdict, Crashed) and verdict.kind != "port_busy", verdict
+    host.stop_group(proc, 1)
