@@ -34,8 +34,8 @@ hosts:
     assert result.returncode == 0, result.stderr
 
     recorded = []
-    for trial in sorted((cli.workdir / "results/mem/trials").iterdir()):
-        outcome = json.loads((trial / "outcome.json").read_text())
+    for number, outcome in sorted(cli.outcomes("mem").items()):
+        trial = cli.workdir / "results/mem/trials" / str(number)
         if not outcome.get("launched"):
             assert not (trial / "gpu_memory.json").exists()  # nothing launched, nothing to record
             continue

@@ -44,11 +44,9 @@ def test_a_rate_ladder_records_each_rate_and_ranks_at_one(cli):
     assert "output_throughput@r2" in result.stdout and "rate=8" in result.stdout
     trials = cli.workdir / "results/rates/trials"
     measured = {}
-    for trial in sorted(trials.iterdir()):
-        outcome = json.loads((trial / "outcome.json").read_text())
-        if not outcome.get("levels"):
-            continue  # a trial retried on an infrastructure fault (a port taken) measured nothing
-        measured[trial.name] = outcome
+    for number, outcome in cli.outcomes("rates").items():
+        trial = trials / str(number)
+        measured[number] = outcome
         assert sorted(outcome["levels"]) == ["r2", "r8"]  # no c<C> level: concurrency is not the ladder
         for rate in (2, 8):
             level = outcome["levels"][f"r{rate}"]
@@ -105,9 +103,8 @@ def test_max_load_within_slo_searches_the_rate_from_the_one_given(cli):
     (cli.workdir / "ratecap.yaml").write_text(space)
     result = cli.run("sweep", "ratecap.yaml", "--study", "ratecap", "--trials", "1", timeout=400)
     assert result.returncode == 0, result.stderr
-    # the trial that measured (an infrastructure fault, e.g. a port another process took, is retried)
-    [trial] = [d for d in (cli.workdir / "results/ratecap/trials").iterdir() if (d / "outcome.json").is_file()]
-    outcome = json.loads((trial / "outcome.json").read_text())
+    [(number, outcome)] = cli.outcomes("ratecap").items()  # the trial that measured
+    trial = cli.workdir / "results/ratecap/trials" / str(number)
     record = outcome["capacity"]
     capacity, loads = record["capacity_rate"], [level["load"] for level in record["levels"]]
     assert "capacity_concurrency" not in record and loads[0] == 2 and len(loads) == len(set(loads))

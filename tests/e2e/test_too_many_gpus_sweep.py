@@ -8,7 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import optuna
+from optuna.trial import TrialState
 
+from tests.support.cli import check_failures_retried
 from tests.support.in_process import invoke_in
 from tests.support.ports import worker_port
 
@@ -42,7 +44,7 @@ def test_a_tp2_seed_on_a_one_gpu_host_is_refused_at_preflight_without_a_launch(t
     assert result.exit_code == 0, result.output
     study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 'results/s/study.db'}")
     trials = sorted(study.get_trials(), key=lambda t: t.number)
-    refused, again, measured = trials[0], trials[1], trials[2]
+    refused, again, measured = trials[0], trials[1], trials[-1]  # between: a busy machine's retried infra faults
     assert refused.params == {"tp_size": 2}
     assert refused.user_attrs["failure"]["stage"] == "preflight"
     assert refused.user_attrs["failure"]["kind"] == "too_many_gpus"
@@ -54,7 +56,8 @@ def test_a_tp2_seed_on_a_one_gpu_host_is_refused_at_preflight_without_a_launch(t
     assert again.user_attrs["duplicate_of"] == 0 and again.constraints["config_fault"] > 0  # a copy, free
     # the one evaluation of the budget went to the config that fits
     assert measured.params == {"tp_size": 1} and measured.user_attrs["launched"] is True
-    assert "failure" not in measured.user_attrs and len(trials) == 3
+    assert "failure" not in measured.user_attrs and measured.state == TrialState.COMPLETE
+    check_failures_retried(trials)
 
 
 def test_a_host_without_gpus_refuses_nothing(tmp_path):

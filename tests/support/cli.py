@@ -39,6 +39,23 @@ class Cli:
         """The study `name` as the CLI stored it (the default storage: results/NAME/study.db)."""
         return optuna.load_study(study_name=name, storage=f"sqlite:///{self.workdir / 'results' / name / 'study.db'}")
 
+    def outcomes(self, name: str) -> dict[int, dict]:
+        """Each trial's outcome.json by trial number. A trial folder without one is a trial an
+        infrastructure fault ended (never recorded half-done; on a busy machine, a load client that
+        lagged) and that was queued again: checked so, then left out."""
+        recorded, unrecorded = {}, []
+        for folder in (self.workdir / "results" / name / "trials").iterdir():
+            if (path := folder / "outcome.json").is_file():
+                recorded[int(folder.name)] = json.loads(path.read_text())
+            else:
+                unrecorded.append(int(folder.name))
+        trials = self.study(name).trials
+        retried = {t.user_attrs.get("retry_of") for t in trials}
+        for number in unrecorded:
+            attrs = trials[number].user_attrs
+            assert attrs.get("infra_error") and number in retried, (number, trials[number].state, attrs)
+        return recorded
+
 
 def check_failures_retried(trials: list[FrozenTrial], interrupted: int | None = None) -> None:
     """Every failed trial was interrupted (a kill, a Ctrl-C) or an infrastructure fault (on a busy
