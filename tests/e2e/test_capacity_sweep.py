@@ -26,7 +26,7 @@ def test_a_trial_searches_its_capacity_and_ranks_by_it(cli):
     (cli.workdir / "cap.yaml").write_text(CAPACITY_SPACE)
     result = cli.run("sweep", "cap.yaml", "--study", "cap", "--trials", "1", timeout=400)
     assert result.returncode == 0, result.stderr
-    [outcome] = cli.outcomes("cap").values()  # the trial that measured (its infra-fault tries left out)
+    [(number, outcome)] = cli.outcomes("cap").items()  # the trial that measured (its infra-fault tries left out)
     record = outcome["capacity"]
     capacity = record["capacity_concurrency"]
     tried = {int(level["load"]): level for level in record["levels"]}
@@ -40,7 +40,7 @@ def test_a_trial_searches_its_capacity_and_ranks_by_it(cli):
         assert not tried[capacity + 1]["slo_holds"] and "p99_ttft_ms" in tried[capacity + 1]["slo_broken_by"][0]
     for load, level in tried.items():  # every level tried is a real measured level with its samples
         assert level["slo_holds"] == (outcome["levels"][str(load)]["p99_ttft_ms"] <= 450)
-        assert (cli.workdir / f"results/cap/trials/0/samples/c{load}.json").is_file()
+        assert (cli.workdir / f"results/cap/trials/{number}/samples/c{load}.json").is_file()
     assert outcome["value"] == capacity
 
     out = cli.run("leaderboard", "cap", "--csv", "cap.csv")

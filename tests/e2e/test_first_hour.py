@@ -212,9 +212,9 @@ def test_json_means_stdout_and_a_file_is_a_path_option(tmp_path):
     (tmp_path / "space.yaml").write_text(ONE_LEVER.replace("[4, 8]", "[8]"))
     assert invoke_in(tmp_path, "sweep", "space.yaml", "--study", "j", "--trials", "1").exit_code == 0
     result = invoke_in(tmp_path, "leaderboard", "j", "--json")
-    assert result.exit_code == 0 and json.loads(result.stdout)[0]["trial"] == 0, result.output
+    assert result.exit_code == 0 and json.loads(result.stdout)[0]["rank"] == 1, result.output
     assert invoke_in(tmp_path, "leaderboard", "j", "--json-file", "rows.json").exit_code == 0
-    assert json.loads((tmp_path / "rows.json").read_text())[0]["trial"] == 0
+    assert json.loads((tmp_path / "rows.json").read_text()) == json.loads(result.stdout)
     assert invoke_in(tmp_path, "leaderboard", "j", "--json", "-").exit_code != 0 and not (tmp_path / "-").exists()
 
 

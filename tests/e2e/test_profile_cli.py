@@ -188,10 +188,11 @@ def test_profile_over_ssh_fetches_the_traces(ssh_cli):
     result = cli.run("profile", "r", "--best", "--seconds", "1", timeout=300)
     assert result.returncode == 0, result.stderr
     assert printed_groups(result.stdout)[0][0] == "attention"
-    local = cli.workdir / "results" / "r" / "trials" / "0" / "profile"
-    remote = cli.remote_work / "r" / "0" / "profile"
+    [best] = cli.outcomes("r")  # the trial that measured
+    local = cli.workdir / "results" / "r" / "trials" / str(best) / "profile"
+    remote = cli.remote_work / "r" / str(best) / "profile"
     record = json.loads((local / "profile.json").read_text())
-    assert record["trial"] == 0 and record["host"] == "box" and record["traces"] == 8
+    assert record["trial"] == best and record["host"] == "box" and record["traces"] == 8
     remote_traces = sorted((remote / "traces").glob("*-TP-*.trace.json.gz"))
     assert len(remote_traces) == 8
     for path in remote_traces:  # copied through the SSH connection, byte for byte

@@ -34,7 +34,7 @@ def test_a_sweep_on_a_dataset_with_shared_prefixes_records_the_cache_per_level(c
     (cli.workdir / "ds.yaml").write_text(space)
     result = cli.run("sweep", "ds.yaml", "--study", "ds")
     assert result.returncode == 0, result.stderr
-    [outcome] = cli.outcomes("ds").values()  # the trial that measured (its infra-fault tries left out)
+    [(number, outcome)] = cli.outcomes("ds").items()  # the trial that measured (its infra-fault tries left out)
     levels = outcome["levels"]
     assert sorted(levels, key=int) == ["1", "4"], outcome.get("failure")
     for level in levels.values():
@@ -43,5 +43,5 @@ def test_a_sweep_on_a_dataset_with_shared_prefixes_records_the_cache_per_level(c
         assert 0.3 < level["prefix_cache_hit_rate"] < 0.9  # the 64-token prefixes hit, the records do not
         assert level["prompt_tokens_counted"] == level["total_input_tokens"]
         assert level["prompt_tokens_counted_by"] == "engine /tokenize"
-    log = (cli.workdir / "results/ds/trials/0/server.log").read_text()
+    log = (cli.workdir / f"results/ds/trials/{number}/server.log").read_text()
     assert log.count("Cache flushed successfully!") == 2
