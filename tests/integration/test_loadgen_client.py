@@ -18,7 +18,7 @@ from sweeper.loadgen.client import (
 from sweeper.loadgen.metrics import MAX_CLIENT_LAG_P99_MS, summarize_level
 from sweeper.loadgen.oneshot import LoadgenError, complete, complete_once
 from sweeper.loadgen.workload import build_prompt_texts, build_prompt_token_ids
-from tests.support.fake_servers import MODEL
+from tests.support.fake_servers import MODEL, Behaviour, served_in_own_process
 from tests.support.ports import free_port
 
 
@@ -265,9 +265,9 @@ def test_lagging_client_loop_makes_the_level_invalid(serve):
 
 
 @pytest.mark.alone  # a 5-ms bound on the loop's lag: the other worker's load made p99 10.8 ms (2026-12-06)
-def test_an_idle_client_loop_does_not_lag(serve):
-    server = serve(token_delay_s=0.01)
-    run = run_level(server.base_url, MODEL, build_prompt_token_ids(4, 8, seed=12), 20, 2)
+def test_an_idle_client_loop_does_not_lag():
+    with served_in_own_process(Behaviour(token_delay_s=0.01)) as base_url:
+        run = run_level(base_url, MODEL, build_prompt_token_ids(4, 8, seed=12), 20, 2)
     assert run.lag.ticks > 10
     assert run.lag.p99_ms < MAX_CLIENT_LAG_P99_MS
 

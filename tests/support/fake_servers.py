@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -240,3 +242,31 @@ class FakeCompletionServer(ThreadedApp):
             await response.write(data[i : i + step])
             if self.behaviour.split_bytes:
                 await asyncio.sleep(0.0005)  # separate TCP segments, not one coalesced write
+
+
+@contextmanager
+def served_in_own_process(behaviour: Behaviour) -> Iterator[str]:
+    """The base URL of a FakeCompletionServer in a process of its own, as a real server is. In the
+    test's process its thread competes with the client's event loop for the GIL: on a loaded 2-core
+    machine (three busy loops) an idle client's loop lag p99 passed 5 ms in 6 of 30 runs so, in 1
+    of 30 with the server in its own process (2026-12-07)."""
+    context = multiprocessing.get_context("spawn")  # no fork of a pytest worker's threads
+    ours, theirs = context.Pipe()
+    process = context.Process(target=_serve_until_told, args=(behaviour, theirs), daemon=True)
+    process.start()
+    try:
+        yield ours.recv()
+    finally:
+        ours.send("stop")
+        process.join(10)
+        if process.is_alive():
+            process.kill()
+
+
+def _serve_until_told(behaviour: Behaviour, conn) -> None:
+    with FakeCompletionServer(behaviour) as server:
+        conn.send(server.base_url)
+        try:
+            conn.recv()
+        except EOFError:
+            pass  # the test's process is gone
