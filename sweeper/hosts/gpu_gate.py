@@ -1,6 +1,7 @@
 """The GPU gate: before a launch, the GPUs a trial needs must be free of other people's memory;
-after a stop, they must be back to their baseline and the port free. Never kills a process it did
-not start: servers of this study (token check) are stopped, anything else stops the sweep."""
+after a stop, they must be back to their baseline and the server's port no longer its own. Never
+kills a process it did not start: servers of this study (token check) are stopped, anything else
+stops the sweep."""
 
 from __future__ import annotations
 
@@ -75,16 +76,20 @@ def _wait_holders_gone(host: Host, spec: HostSpec, needed: list[int]) -> GpuSnap
         time.sleep(POLL_S)
 
 
-def wait_gpus_released(host: Host, spec: HostSpec, baseline: GpuSnapshot, port: int) -> GpuSnapshot | None:
-    """Block until the GPUs are back to `baseline` and `port` is free, and return the snapshot that
-    showed it; stop the sweep if not in time."""
+def wait_gpus_released(host: Host, spec: HostSpec, baseline: GpuSnapshot, proc: ServerProcess,
+                       port: int) -> GpuSnapshot | None:
+    """Block until the GPUs are back to `baseline` and no process of the server `proc` listens on
+    `port`, and return the snapshot that showed it; stop the sweep if not in time. Another process
+    on the port is not the server's leftover: once ours let the port go, a server of another GPU
+    set or another tenant may take it (a test's neighbour held it 40 s: the sweep stopped, 2026-12-06),
+    and the next launch's preflight steps past a busy port."""
     needed = gpus_needed(spec.gpus, baseline, spec.env.get("CUDA_VISIBLE_DEVICES"))
     deadline = time.monotonic() + spec.gpu_release_timeout_s
     while True:
         snapshot = host.gpu_snapshot()
         reasons = memory_not_released(baseline, snapshot, needed, spec.gpu_busy_mib) if snapshot else []
-        if not host.port_is_free(port):
-            reasons.append(f"port {port} is still in use")
+        if host.listens_on(proc, port):
+            reasons.append(f"port {port} is still held by the server's processes")
         if not reasons:
             return snapshot
         if time.monotonic() >= deadline:

@@ -187,8 +187,7 @@ def _stop_and_release(ctx: TrialContext, outcome: TrialOutcome, timer: Callable,
         ctx.on_stage("stop")  # into the study, which another process may hold locked: a Ctrl-C
         # raised when that write ends must still stop the server (issue 32)
     finally:
-        port_busy = outcome.failure is not None and outcome.failure.kind == FailureKind.PORT_BUSY
-        report = stop(host, proc, port, ctx.space.launch.stop_grace_s, port_ours=not port_busy)
+        report = stop(host, proc, port, ctx.space.launch.stop_grace_s)
         outcome.stage_seconds["stop"] = round(time.monotonic() - started, 3)
     (trial_dir / "stop.json").write_text(json.dumps(asdict(report), indent=2))
     if report.left_behind and outcome.failure is None:
@@ -196,7 +195,7 @@ def _stop_and_release(ctx: TrialContext, outcome: TrialOutcome, timer: Callable,
     on_stopped(proc, report)
     if gpu_baseline is not None:
         with timer("gpu_release"):
-            released = wait_gpus_released(host, ctx.host_spec, gpu_baseline, port)
+            released = wait_gpus_released(host, ctx.host_spec, gpu_baseline, proc, port)
         outcome.gpu_memory = build_gpu_memory_record(gpu_baseline, serving, released)
         (trial_dir / "gpu_memory.json").write_text(json.dumps(outcome.gpu_memory, indent=2))
 
@@ -367,13 +366,13 @@ def _generates(base_url: str, model: str, info: EngineInfo) -> bool:
         return False  # healthy but cannot generate yet: keep polling until the deadline
 
 
-def stop(host: Host, proc: ServerProcess, port: int, grace_s: float, port_ours: bool = True) -> StopReport:
-    """SIGTERM the group, wait, SIGKILL; then confirm the port is free (for up to 10 s). Not where
-    another process held it (`port_ours` False: a port_busy start-up): that holder stays, and the
-    wait would add 10 s to every such trial."""
+def stop(host: Host, proc: ServerProcess, port: int, grace_s: float) -> StopReport:
+    """SIGTERM the group, wait, SIGKILL; then wait (up to 10 s) until none of its processes listens
+    on `port`. Only its own: a port_busy start-up's holder stays, and so may a server that took the
+    port once ours let it go (waiting on either added 10 s to a trial)."""
     report = host.stop_group(proc, grace_s)
     deadline = time.monotonic() + 10
-    while port_ours and not host.port_is_free(port) and time.monotonic() < deadline:
+    while host.listens_on(proc, port) and time.monotonic() < deadline:
         time.sleep(0.1)
     return report
 

@@ -51,13 +51,13 @@ derived:
 rules:
   - {{forbid: "cache_type == 'q8_0' and flash_attn == 'off'", reason: quantized V cache needs flash attention}}
 check: {{mode: none, max_tokens: 4}}
-workload: {{input_len: 8, output_len: 16, concurrency: [1, 4, 16], min_rounds: 2, warmup_rounds: 1,
+workload: {{input_len: 8, output_len: 16, concurrency: [1, 16], min_rounds: 2, warmup_rounds: 1,
            max_client_lag_ms: 250, measure: rounds}}
 objective: {{metric: output_throughput, level: 16}}
 budget: {{trials: 6}}
 launch: {{ready_timeout_s: 60, stall_timeout_s: 30, stop_grace_s: 5}}
 """
-REPEATS = 3
+REPEATS = 2  # each config launched twice, interleaved: the two ranges may not overlap
 REMEASURE_REQUESTS = 32
 
 
@@ -97,7 +97,7 @@ def test_the_ssh_campaigns_sweep_finds_a_config_that_really_is_faster(campaign):
     assert set(board.loc[board["failure_kind"] == "rule", "param_cache_type"]) == {"q8_0"}
     launched = board[board["failure_kind"].isna() | (board["failure_stage"] == "load")]
     assert len(launched) >= 6
-    for level in (1, 4, 16):  # every launched config measured at every level
+    for level in (1, 16):  # every launched config measured at every level
         assert launched[f"c{level}_output_tok_s"].gt(0).all(), launched
     feasible = board[board["feasible"]].sort_values("objective", ascending=False)
     assert len(feasible) >= 2, board[["trial", "failure_kind", "objective", "c16_output_tok_s"]].to_string()

@@ -103,7 +103,7 @@ def test_a_busy_port_is_the_servers_own_bind_error(host, tmp_path, llama_env, ti
     port = holder.getsockname()[1]  # the kernel's pick: never a port another socket holds
     try:
         proc, verdict, seconds = start_and_wait(host, tmp_path, space_for(tiny_gguf), port)
-        stop(host, proc, port, FAST.stop_grace_s, port_ours=False)
+        stop(host, proc, port, FAST.stop_grace_s)
     finally:
         holder.close()
     assert isinstance(verdict, Crashed) and verdict.kind == "port_busy", verdict

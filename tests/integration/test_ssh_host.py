@@ -19,10 +19,12 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from sweeper.spec.hosts import HostSpec
 from sweeper.errors import UserError
-from sweeper.hosts.gpu_gate import GpuBusy, check_gpus_before_launch, wait_gpus_released
+from sweeper.hosts.gpu_gate import GpuBusy, GpusNotReleased, check_gpus_before_launch, wait_gpus_released
 from sweeper.hosts.procfs import live_group_members
 from sweeper.hosts.ssh import SSHHost
 from sweeper.sim.gpumem import record_gpu_memory
+from sweeper.trial.launch import stop
+from tests.support.ports import server_socket
 from tests.support.tcp_relay import proxy_command
 from tests.support.waiting import wait_for
 
@@ -121,7 +123,29 @@ def test_gpu_gate_stops_this_studys_leftover_server_then_waits_for_release(host,
     baseline = check_gpus_before_launch(host, host.spec, [leftover], grace_s=1)
     assert not host.is_alive(leftover)
     assert all(g.used_mib < 1024 for g in baseline.gpus)
-    wait_gpus_released(host, host.spec, baseline, 32000 + os.getpid() % 500 * 10 + 5)
+    assert wait_gpus_released(host, host.spec, baseline, leftover, 32000 + os.getpid() % 500 * 10 + 5) is not None
+
+
+def test_a_port_another_process_took_after_the_stop_is_not_the_servers(host, tmp_path):
+    """Once the server let its port go, another process's listener there is no leftover of it: the
+    stop and the release check go on at once (they waited 10 s and 30 s, then stopped the sweep)."""
+    with socket.socket() as probe:  # the kernel's pick: no other test's or user's server holds it
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    baseline = check_gpus_before_launch(host, host.spec, [], grace_s=1)
+    proc = start(host, tmp_path, [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)])
+    wait_for(lambda: host.listens_on(proc, port))
+    briefly = host.spec.model_copy(update={"gpu_release_timeout_s": 1})
+    with pytest.raises(GpusNotReleased, match=f"port {port} is still held by the server's processes"):
+        wait_gpus_released(host, briefly, baseline, proc, port)  # ours still listens there
+    with server_socket() as taker:
+        started = time.monotonic()
+        stop(host, proc, port, grace_s=2)
+        taker.bind(("127.0.0.1", port))  # the moment ours let it go
+        taker.listen()
+        assert not host.port_is_free(port)
+        assert wait_gpus_released(host, host.spec, baseline, proc, port) is not None
+        assert time.monotonic() - started < 5  # the stop's 10 s and the release check's 120 s not waited
 
 
 def test_server_crash_is_seen_as_dead(host, tmp_path):
