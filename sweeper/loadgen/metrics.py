@@ -313,7 +313,8 @@ def summarize_level(
     (no concurrency target). lag: the client's event-loop lag during the run (wall ms, unscaled).
     request_goodput: completed requests meeting both SLOs (TTFT and TPOT, modelled ms) per
     second, as bench_serving's goodput; None without SLOs. turnarounds_s: the closed loop's gaps
-    from a request's end to the same worker's next send (wall s), the client's own turnaround.
+    from a request's end (or the run's start) to the same worker's next send (wall s), the
+    client's own turnaround.
     """
     if time_scale <= 0:
         raise ValueError(f"time_scale must be > 0, got {time_scale}")

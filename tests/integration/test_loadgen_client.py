@@ -15,7 +15,7 @@ from sweeper.loadgen.client import (
     run_level,
     run_open_loop,
 )
-from sweeper.loadgen.metrics import MAX_CLIENT_LAG_P99_MS, summarize_level
+from sweeper.loadgen.metrics import MAX_CLIENT_LAG_P99_MS, spoiled_by_client, summarize_level
 from sweeper.loadgen.oneshot import LoadgenError, complete, complete_once
 from sweeper.loadgen.workload import build_prompt_texts, build_prompt_token_ids
 from tests.support.fake_servers import MODEL, Behaviour, served_in_own_process
@@ -52,6 +52,28 @@ def test_closed_loop_keeps_exactly_c_in_flight(serve, concurrency):
     assert len(samples) == len(prompts) and all(s.ok for s in samples)
     assert summary["valid"], summary["invalid_reasons"]
     assert summary["concurrency"] >= 0.95 * concurrency
+
+
+def test_the_clients_time_before_a_workers_first_send_is_its_turnaround(serve):
+    """The level's clock starts before its workers send: what the client does before the first
+    requests (here a prompt source that takes 40 ms for its first prompt, as a busy machine's
+    scheduler took 11-13 ms of a 139-ms level) is its own turnaround, and the shortfall it causes
+    is the client's, retried by the harness, never the config's."""
+    server = serve(token_delay_s=0.005)
+    prompts = build_prompt_token_ids(8, 8, seed=3)
+
+    def slow_to_start():
+        for number, prompt in enumerate(prompts):
+            if number == 0:
+                time.sleep(0.04)  # blocks the loop, as a descheduled client does
+            yield prompt
+
+    run = run_level(server.base_url, MODEL, slow_to_start(), 8, 4)
+    assert len(run.turnarounds_s) == len(prompts)  # one a send, the first of each worker's too
+    assert sum(run.turnarounds_s) > 4 * 0.04  # each first send waited the 40 ms
+    level = summarize_level(run.samples, 4, run.duration_s, requested_output_len=8, turnarounds_s=run.turnarounds_s)
+    assert not level["valid"] and level["invalid_reasons"][0].startswith("client turnaround: "), level
+    assert spoiled_by_client(level)
 
 
 def test_request_body_matches_bench_serving(serve):
