@@ -81,8 +81,8 @@ def wait_gpus_released(host: Host, spec: HostSpec, baseline: GpuSnapshot, proc: 
     """Block until the GPUs are back to `baseline` and no process of the server `proc` listens on
     `port`, and return the snapshot that showed it; stop the sweep if not in time. Another process
     on the port is not the server's leftover: once ours let the port go, a server of another GPU
-    set or another tenant may take it (a process not of our group held one 40 s: the sweep stopped, 2026-12-06),
-    and the next launch's preflight steps past a busy port."""
+    set or another tenant may take it (one not of our group held a port 40 s and the sweep
+    stopped, 2026-12-06), and the next launch's preflight steps past a busy port."""
     needed = gpus_needed(spec.gpus, baseline, spec.env.get("CUDA_VISIBLE_DEVICES"))
     deadline = time.monotonic() + spec.gpu_release_timeout_s
     while True:

@@ -40,9 +40,9 @@ class Cli:
         return optuna.load_study(study_name=name, storage=f"sqlite:///{self.workdir / 'results' / name / 'study.db'}")
 
     def outcomes(self, name: str) -> dict[int, dict]:
-        """Each trial's outcome.json by trial number. A trial folder without one is a trial an
-        infrastructure fault ended (never recorded half-done; on a busy machine, a load client that
-        lagged) and that was queued again: checked so, then left out."""
+        """Each trial's outcome.json by trial number. A trial folder without one is a trial that
+        failed unrecorded (an infrastructure fault: on a busy machine, a load client that lagged;
+        or an interruption) and was queued again: checked so, then left out."""
         recorded, unrecorded = {}, []
         for folder in (self.workdir / "results" / name / "trials").iterdir():
             if (path := folder / "outcome.json").is_file():
@@ -50,10 +50,8 @@ class Cli:
             else:
                 unrecorded.append(int(folder.name))
         trials = self.study(name).trials
-        retried = {t.user_attrs.get("retry_of") for t in trials}
-        for number in unrecorded:
-            attrs = trials[number].user_attrs
-            assert attrs.get("infra_error") and number in retried, (number, trials[number].state, attrs)
+        assert all(trials[n].state == TrialState.FAIL for n in unrecorded), [trials[n] for n in unrecorded]
+        check_failures_retried(trials)
         return recorded
 
 
