@@ -24,7 +24,7 @@ from sweeper.hosts.procfs import live_group_members
 from sweeper.hosts.ssh import SSHHost
 from sweeper.sim.gpumem import record_gpu_memory
 from sweeper.trial.launch import stop
-from tests.support.ports import server_socket
+from tests.support.ports import free_port, server_socket
 from tests.support.tcp_relay import proxy_command
 from tests.support.waiting import wait_for
 
@@ -129,9 +129,7 @@ def test_gpu_gate_stops_this_studys_leftover_server_then_waits_for_release(host,
 def test_a_port_another_process_took_after_the_stop_is_not_the_servers(host, tmp_path):
     """Once the server let its port go, another process's listener there is no leftover of it: the
     stop and the release check go on at once (they waited 10 s and 30 s, then stopped the sweep)."""
-    with socket.socket() as probe:  # the kernel's pick: no other test's or user's server holds it
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     baseline = check_gpus_before_launch(host, host.spec, [], grace_s=1)
     proc = start(host, tmp_path, [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)])
     wait_for(lambda: host.listens_on(proc, port))
