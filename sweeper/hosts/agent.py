@@ -36,8 +36,10 @@ LOG_CHUNK = 1 << 20  # what one answer carries of a file
 # ---------------------------------------------------------------- primitives both transports use
 
 def spawn_in_session(argv: list, cwd: str, env: dict, log_path: str) -> subprocess.Popen:
-    """Start a server in its own session (setsid), so it is stopped as a group, never by name."""
-    with open(log_path, "ab") as log:
+    """Start a server in its own session (setsid), so it is stopped as a group, never by name.
+    The log starts empty: a folder launched in before (a profile, a trial number a deleted study
+    used) would otherwise hand its old failure lines to this server's readiness watch."""
+    with open(log_path, "wb") as log:
         return subprocess.Popen(list(argv), cwd=cwd, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 

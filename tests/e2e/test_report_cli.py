@@ -30,7 +30,7 @@ from sweeper.sim.best import sim_config_of
 from sweeper.sim.perf import step_time_ms
 from tests.support.cli import Cli
 from tests.support.paths import DEMO_SPACE, ROOT
-from tests.support.ports import free_port
+from tests.support.ports import free_port, worker_port
 
 # one worker runs this module: its module fixture is built once (xdist --dist loadgroup)
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("report_cli")]
@@ -57,8 +57,8 @@ def demo(tmp_path_factory) -> Cli:
     workdir = tmp_path_factory.mktemp("report")
     hosts = (ROOT / "hosts.yaml").read_text()
     assert "base_port: 31000" in hosts
-    # Ports of its own, away from other suites' servers that may run at the same time.
-    (workdir / "hosts.yaml").write_text(hosts.replace("base_port: 31000", f"base_port: {42000 + os.getpid() % 500 * 20}"))
+    # This worker's own ports, away from other tests' servers (those of the e2e conftest start at 31000)
+    (workdir / "hosts.yaml").write_text(hosts.replace("base_port: 31000", f"base_port: {worker_port(38000)}"))
     (workdir / "demo-sim.yaml").write_text(demo_space_text())
     cli = Cli(workdir)
     result = cli.run("sweep", "demo-sim.yaml", "--study", STUDY, "--trials", "4", timeout=280)

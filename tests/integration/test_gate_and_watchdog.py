@@ -11,7 +11,7 @@ from sweeper.spec.hosts import HostSpec
 from sweeper.spec.space_file import parse_space
 from sweeper.trial.gate import OutputSample
 from sweeper.engines import get_engine
-from sweeper.errors import InfraError
+from sweeper.errors import InfraError, PortClash
 from sweeper.hosts.local import LocalHost
 from sweeper.hosts.procfs import live_group_members
 from sweeper.trial.context import TrialContext
@@ -46,21 +46,26 @@ def host():
 
 
 def trial(host, tmp_path, config, reference=None, name="t", attempts=3):
-    """The trial's outcome and its seconds. An infrastructure fault (a busy machine's load client
-    spoiled a level even after the harness's own retries: 3.79 of 4 in flight, 2026-12-07) is tried
-    again, as a study queues it again."""
-    ctx = TrialContext(space=SPACE, engine=get_engine("sim"), host=host, host_spec=host.spec,
-                       trial_dir=tmp_path / name, reference_samples=reference)
-    started = time.monotonic()
-    try:
-        outcome = run_trial(ctx, {**HEALTHY, **config})
-    except InfraError:
-        check_nothing_left(tmp_path / name)
-        if attempts == 1:
-            raise
-        return trial(host, tmp_path, config, reference, name, attempts - 1)
-    check_nothing_left(tmp_path / name)
-    return outcome, time.monotonic() - started
+    """The trial's outcome and the seconds of its last attempt. An infrastructure fault (a busy
+    machine's load client spoiled a level even after the harness's own retries: 3.79 of 4 in flight,
+    2026-12-07; a port taken between the check and the bind) is tried again as a study's retry is:
+    off the base port that clashed."""
+    avoid: frozenset[int] = frozenset()
+    trial_dir = tmp_path / name
+    for attempt in range(1, attempts + 1):
+        ctx = TrialContext(space=SPACE, engine=get_engine("sim"), host=host, host_spec=host.spec,
+                           trial_dir=trial_dir, reference_samples=reference, avoid_ports=avoid)
+        started = time.monotonic()
+        try:
+            outcome = run_trial(ctx, {**HEALTHY, **config})
+        except InfraError as exc:
+            check_nothing_left(trial_dir)
+            if attempt == attempts:
+                raise
+            avoid |= {exc.port} if isinstance(exc, PortClash) else set()
+        else:
+            check_nothing_left(trial_dir)
+            return outcome, time.monotonic() - started
 
 
 def check_nothing_left(trial_dir) -> None:

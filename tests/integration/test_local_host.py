@@ -50,6 +50,13 @@ def test_detached_start_records_group_and_log(host, tmp_path):
         os.killpg(proc.pgid, signal.SIGKILL)
 
 
+def test_a_launch_into_a_used_folder_starts_a_new_log(host, tmp_path):
+    (tmp_path / "server.log").write_text("ValueError: port at 31000 is not available. Port is already in use.\n")
+    proc = start(host, tmp_path, code="print('second server up', flush=True)")
+    wait_for(lambda: not host.is_alive(proc))
+    assert host.read_log(proc, 0)[0] == "second server up\n"
+
+
 def test_stop_escalates_to_sigkill_and_leaves_nothing(host, tmp_path):
     proc = start(host, tmp_path)
     # The children must have installed their SIGTERM handler, not merely exist (a busy machine

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import socket
 
+from sweeper.trial.launch import CANDIDATE_PORTS
+
 
 def free_port() -> int:
     """A port on 127.0.0.1 the kernel just handed out and released: no other server holds it."""
@@ -19,11 +21,16 @@ def free_port_on(host, first: int, step: int = 1) -> int:
     return next(p for p in range(first, first + 1000, step) if host.port_is_free(p))
 
 
-# Ports a sweep may take from its base port: candidates over 2000 ports (sweeper/trial/launch.py),
-# each with ports derived up to ~1000 above. xdist workers get ranges this far apart, downwards
-# (below the kernel's ephemeral ports, from 32768, where the servers of worker 0 already sit).
-WORKER_PORT_STRIDE = 4000
-WORKER_RANGES = 7  # 31000 - 6 * 4000 = 7000: still above the privileged ports
+# Ports above its base a sweep may take: base-port candidates (sweeper/trial/launch.py), each with
+# ports the engine derives up to ~1000 above it.
+SWEEP_REACH = CANDIDATE_PORTS + 1000
+# The lowest and highest fixed base port the tests pass to worker_port (tests/unit/test_worker_ports
+# reads them all). Each xdist worker's range lies a whole span below the last, so no two overlap:
+# with a 4000 stride they did (gw1's 35000 was gw0's 31000), and a watchdog test found its port
+# taken three times (CI of 4d6d073). Worker 0 keeps the real ports.
+FIXED_BASES = (31000, 41000)
+WORKER_PORT_STRIDE = FIXED_BASES[1] + SWEEP_REACH - FIXED_BASES[0]
+WORKER_RANGES = 3  # 31000 - 2 * 13000 = 5000: still above the privileged ports
 
 
 def worker_number() -> int:
